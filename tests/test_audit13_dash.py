@@ -63,3 +63,43 @@ def test_a_project_is_deleted_from_the_projects_page_and_a_refusal_is_shown_verb
             assert projects_shown(browser) == ["busy", "default"]
     finally:
         server.stop()
+
+
+@in_browser
+def test_a_jobs_gpu_utilisation_and_memory_are_shown_in_the_jobs_table_and_on_its_page(home, tmp_path, monkeypatch):
+    """Run:AI's job list and job view show each job's GPU utilisation and memory; here only the Nodes page did, by
+    GPU: a user had to match GPUs to jobs there. The Jobs table, the job's head and a memory chart now say it, from
+    the server's newest samples (a stand-in NVML: 42% and 3Gi of 80Gi, the second GPU a MIG one without utilisation)."""
+    from test_audit6_dash import nvml_env
+
+    monkeypatch.delenv("DTRAIN_GPUS", raising=False)
+    server = ServerProcess(home, env=nvml_env(tmp_path), cwd=tmp_path)
+    try:
+        http = server.http
+        for name, gpu in (("first", 1), ("second", 1), ("cpu-only", 0)):
+            r = http.post("/api/v1/jobs", json={"name": name, "command": ["sleep", "300"], "gpu": gpu})
+            assert r.status_code == 201, r.text
+        wait_until(lambda: {j["name"]: j["status"] for j in http.get("/api/v1/jobs").json()}
+                   == {"first": "Running", "second": "Running", "cpu-only": "Running"}, what="three jobs running")
+        holder = {g["index"]: g["job"] for g in http.get("/api/v1/nodes").json()[0]["gpus"]}
+        want = {holder["0"]: ("42%", "3Gi / 80Gi"), holder["1"]: ("-", "3Gi / 80Gi"), "cpu-only": ("-", "-")}
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/jobs")
+
+            def shown():
+                return {name: tuple(text_of(browser, f"tr[data-job='{name}'] td.{c}") for c in ("gpu-util", "gpu-memory"))
+                        for name in want}
+            wait_until(lambda: shown() == want, what=f"each job's GPU use {want}")
+            headers = attrs_of(browser, "#jobs-table th", "class")
+            assert len(headers) == len(attrs_of(browser, "tr[data-job='first'] td", "class"))
+
+            browser.get(server.url + "/#/job/" + holder["0"])
+            wait_until(lambda: text_of(browser, "#job-gpu-now") == "42% / 3Gi / 80Gi", what="the job's GPU use now")
+            axis = "return [...document.querySelectorAll('[data-curve=gpu-memory] svg text')].map(t => t.textContent)"
+            wait_until(lambda: "3Gi" in browser.execute_script(axis), what="the job's GPU memory chart")
+            browser.get(server.url + "/#/job/cpu-only")
+            wait_until(lambda: text_of(browser, "#job-gpu-now") == "- (no GPU held)", what="a CPU job's GPU use")
+            severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert not severe, severe
+    finally:
+        server.stop()

@@ -194,6 +194,28 @@ function gpuHistory() {
   };
 }
 
+// What each job's GPUs do now, from the server's newest round of samples (taken together, every few seconds), as
+// Run:AI's job list shows a job's GPU utilisation and memory: {job: {util, used, total}}, util the mean of its
+// GPUs' (null where NVML gives none: injected GPUs, MIG), used and total summed (null where unknown).
+function gpusNow(samples) {
+  const newest = samples.length ? samples[samples.length - 1].time : null;
+  const now = {};
+  for (const x of samples) {
+    if (x.time !== newest || !x.job) continue;
+    const j = now[x.job] = now[x.job] || {utils: [], used: 0, total: 0};
+    j.utils.push(x.utilization);
+    j.used = j.used === null || x.memory_used === null ? null : j.used + x.memory_used;
+    j.total = j.total === null || x.memory_total === null ? null : j.total + x.memory_total;
+  }
+  for (const j of Object.values(now)) {
+    j.util = j.utils.some(u => u === null) ? null : j.utils.reduce((a, b) => a + b, 0) / j.utils.length;
+  }
+  return now;
+}
+// A job's GPU utilisation and memory cells' words: "-" for a job holding no GPU or one not sampled yet
+const gpuUtil = g => !g || g.util === null ? "-" : g.util.toFixed(0) + "%";
+const gpuMemory = g => !g || g.used === null ? "-" : `${size(g.used)} / ${size(g.total)}`;
+
 // A table, or where it has no rows and `none` is given, that sentence in its place (an empty table showed
 // its headers only: no volumes yet, or a table that failed to fill, looked the same).
 function table(headers, rows, attrs, none) {
@@ -251,6 +273,7 @@ function jobsPage(main) {
   const next = h("button", {id: "jobs-next", disabled: true, onclick: () => to(page + 1)}, "Next");
   const range = h("span", {id: "jobs-range", class: "muted"});
   const holder = h("div", {class: "card wide"});
+  const history = gpuHistory();
   main.append(h("h1", {}, "Jobs"), h("div", {class: "toolbar"}, status, project,
               h("span", {class: "pager"}, prev, range, next)), holder);
   every(async () => {
@@ -258,7 +281,8 @@ function jobsPage(main) {
     const q = new URLSearchParams({limit: String(PAGE_SIZE), offset: String(first)});
     if (status.value) q.set("status", status.value);
     if (project.value) q.set("project", project.value);
-    const {body: jobs, headers} = await request("/jobs?" + q);
+    const [{body: jobs, headers}, hist] = await Promise.all([request("/jobs?" + q), history()]);
+    const now = gpusNow(hist);
     const total = Number(headers.get("x-total-count"));
     range.textContent = jobs.length ? `${first + 1}-${first + jobs.length} of ${total}`
                                     : `none on page ${page} (${total} in all)`;
@@ -268,6 +292,8 @@ function jobsPage(main) {
       h("td", {}, jobLink(j.name, j.project)), jobStatusCell(j), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
+      h("td", {class: "gpu-util"}, j.gpus_allocated ? gpuUtil(now[j.name]) : "-"),
+      h("td", {class: "gpu-memory"}, j.gpus_allocated ? gpuMemory(now[j.name]) : "-"),
       h("td", {class: "actions"}, ...jobButtons(j, "", j.project))));
     const none = total ? "No jobs on this page: go back with Prev."
       : status.value ? "No jobs match these filters."
@@ -277,7 +303,8 @@ function jobsPage(main) {
     // Some jobs could not be listed (SageMaker without AWS credentials: the --local ones only), as `dtrain list` warns
     redraw(holder, ...[warningNote(headers, "jobs-warning")].filter(Boolean),
       jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
-      "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
+      "GPUs allocated (requested)", "Processes running (pending)", "GPU util.", "GPU memory used / total", ""], rows,
+      {id: "jobs-table"})
       : h("p", {class: "muted"}, none));
   }, REFRESH_MS);
 }
@@ -407,13 +434,16 @@ function jobPage(main, name, project, note) {
     const waits = j.status === "Suspended" || j.status === "Pending";
     if ((wasSuspended || streamSuspended) && !waits) follow(name, rank.value, project);
     wasSuspended = j.status === "Suspended" || (wasSuspended && waits);
-    const kept = await volumesKept(j);
+    const [kept, hist] = await Promise.all([volumesKept(j), history()]);
+    const now = gpusNow(hist);
     redraw(head, h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
       h("div", {}, "Message"), h("div", {}, j.message || "-"),
       h("div", {}, "Type / project / backend"), h("div", {}, `${j.kind} / ${j.project} / ${j.backend}`),
       h("div", {}, "Node"), h("div", {}, j.node || "-"),
       h("div", {}, "GPUs allocated (requested)"), h("div", {}, `${j.gpus_allocated} (${j.gpus_requested})`),
+      h("div", {}, "GPU utilization / memory used now"), h("div", {id: "job-gpu-now"}, j.gpus_allocated
+        ? `${gpuUtil(now[j.name])} / ${gpuMemory(now[j.name])}` : "- (no GPU held)"),
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${marked(j.snapshot, j.snapshot_deleted)} / ${startedFrom(j) || "-"}`)),
@@ -432,7 +462,7 @@ function jobPage(main, name, project, note) {
     redraw(snaps, s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
       h("td", {}, x.name, ...earlierRun(x)), h("td", {}, marked(x.volume, x.volume_deleted)), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
-    await drawCurves(curves, name, history, project);
+    await drawCurves(curves, name, hist, project);
     jobEnded = FINAL.has(j.status);
     finalReads = jobEnded ? finalReads + 1 : 0;
     return finalReads >= 2 ? STOP : undefined;
@@ -472,8 +502,8 @@ async function volumesKept(j) {
   }
 }
 
-async function drawCurves(holder, name, history, project) {
-  const [metrics, hist] = await Promise.all([api(jobPath(name, project, "/metrics")), history()]);
+async function drawCurves(holder, name, hist, project) {
+  const metrics = await api(jobPath(name, project, "/metrics"));
   const recs = metrics.filter(r => typeof r.step === "number");
   const keys = [["loss", "loss"], ["images_per_s", "images/s"]];
   const cards = keys.map(([k, title]) => {
@@ -484,10 +514,14 @@ async function drawCurves(holder, name, history, project) {
   // the GPUs this job held, from the server's samples of the last minutes
   const mine = hist.filter(x => x.job === name);
   const gpus = [...new Set(mine.map(x => x.node + "/" + x.gpu))];
-  const series = gpus.map(g => ({name: "GPU " + g, points: mine.filter(x => x.node + "/" + x.gpu === g).map(x => [x.time, x.utilization])}));
+  const byGpu = key => gpus.map(g => ({name: "GPU " + g, points: mine.filter(x => x.node + "/" + x.gpu === g).map(x => [x.time, x[key]])}));
+  const series = byGpu("utilization"), memory = byGpu("memory_used");
   const t = x => new Date(x * 1000).toLocaleTimeString();
   cards.push(h("div", {class: "card", "data-curve": "gpu"}, h("h2", {}, "Its GPUs' utilization %"),
     lineChart(series, {label: "Its GPUs' utilization %", xfmt: t, ymin: 0, ymax: 100, empty: gpus.length ? "no utilization reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(series)));
+  // Run:AI's job view shows its GPU memory beside its utilisation: a job near its GPUs' memory is the one to watch
+  cards.push(h("div", {class: "card", "data-curve": "gpu-memory"}, h("h2", {}, "Its GPUs' memory used"),
+    lineChart(memory, {label: "Its GPUs' memory used", xfmt: t, yfmt: size, ymin: 0, empty: gpus.length ? "no memory reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(memory)));
   redraw(holder, ...cards);
 }
 
