@@ -65,19 +65,26 @@ def test_a_project_is_deleted_from_the_projects_page_and_a_refusal_is_shown_verb
         server.stop()
 
 
+USE = ("gpu-util", "gpu-memory")  # a row's cells of its GPUs' utilisation and memory
+
+
 @in_browser
 def test_a_jobs_gpu_utilisation_and_memory_are_shown_in_the_jobs_table_and_on_its_page(home, tmp_path, monkeypatch):
-    """Run:AI's job list and job view show each job's GPU utilisation and memory; here only the Nodes page did, by
-    GPU: a user had to match GPUs to jobs there. The Jobs table, the job's head and a memory chart now say it, from
-    the server's newest samples (a stand-in NVML: 42% and 3Gi of 80Gi, the second GPU a MIG one without utilisation)."""
+    """Run:AI's job list, job view and Projects view show GPU utilisation and memory by job and by project; here only
+    the Nodes page did, by GPU: a user had to match GPUs to jobs there. The Jobs table, the job's head, a memory
+    chart and the Projects table now say it, from the server's newest samples (a stand-in NVML: 42% and 3Gi of
+    80Gi, the second GPU a MIG one without utilisation)."""
     from test_audit6_dash import nvml_env
 
     monkeypatch.delenv("DTRAIN_GPUS", raising=False)
     server = ServerProcess(home, env=nvml_env(tmp_path), cwd=tmp_path)
     try:
         http = server.http
+        assert http.post("/api/v1/projects", json={"name": "team-b"}).status_code == 201
+        project = {"first": "default", "second": "team-b", "cpu-only": "default"}
         for name, gpu in (("first", 1), ("second", 1), ("cpu-only", 0)):
-            r = http.post("/api/v1/jobs", json={"name": name, "command": ["sleep", "300"], "gpu": gpu})
+            r = http.post("/api/v1/jobs", json={"name": name, "command": ["sleep", "300"], "gpu": gpu,
+                                                "project": project[name]})
             assert r.status_code == 201, r.text
         wait_until(lambda: {j["name"]: j["status"] for j in http.get("/api/v1/jobs").json()}
                    == {"first": "Running", "second": "Running", "cpu-only": "Running"}, what="three jobs running")
@@ -87,11 +94,18 @@ def test_a_jobs_gpu_utilisation_and_memory_are_shown_in_the_jobs_table_and_on_it
             browser.get(server.url + "/#/jobs")
 
             def shown():
-                return {name: tuple(text_of(browser, f"tr[data-job='{name}'] td.{c}") for c in ("gpu-util", "gpu-memory"))
-                        for name in want}
+                return {name: tuple(text_of(browser, f"tr[data-job='{name}'] td.{c}") for c in USE) for name in want}
             wait_until(lambda: shown() == want, what=f"each job's GPU use {want}")
             headers = attrs_of(browser, "#jobs-table th", "class")
             assert len(headers) == len(attrs_of(browser, "tr[data-job='first'] td", "class"))
+
+            browser.get(server.url + "/#/projects")  # each project's jobs' GPUs together
+            by_project = {project[holder["0"]]: want[holder["0"]], project[holder["1"]]: want[holder["1"]]}
+
+            def projects():
+                return {name: tuple(text_of(browser, f"tr[data-project='{name}'] td.{c}") for c in USE)
+                        for name in by_project}
+            wait_until(lambda: projects() == by_project, what=f"each project's GPU use {by_project}")
 
             browser.get(server.url + "/#/job/" + holder["0"])
             wait_until(lambda: text_of(browser, "#job-gpu-now") == "42% / 3Gi / 80Gi", what="the job's GPU use now")

@@ -60,8 +60,8 @@ def test_the_projects_page_shows_quota_use_queues_and_over_quota(home, tmp_path)
             browser.get(server.url + "/#/projects")
             wait_until(lambda: "team-f" in cells(browser, "projects-table", "project"), what="the projects table")
             rows = cells(browser, "projects-table", "project")
-            assert rows["team-q"][1:] == ["1", "1", "1", "0", "1", "no", "local", "Delete"], rows
-            assert rows["team-f"][1:] == ["none", "1", "1", "1", "2", "yes: no quota (preemptible)", "local",
+            assert rows["team-q"][1:] == ["1", "1", "1", "0", "1", "-", "-", "no", "local", "Delete"], rows
+            assert rows["team-f"][1:] == ["none", "1", "1", "1", "2", "-", "-", "yes: no quota (preemptible)", "local",
                                         "Delete"], rows
             assert http.post("/api/v1/projects", json={"name": "team-q", "gpu_quota": 0}).status_code == 200
             wait_until(lambda: cells(browser, "projects-table", "project")["team-q"][-3].startswith("yes: 1 GPU over"),

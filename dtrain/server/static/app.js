@@ -196,13 +196,15 @@ function gpuHistory() {
 
 // What each job's GPUs do now, from the server's newest round of samples (taken together, every few seconds), as
 // Run:AI's job list shows a job's GPU utilisation and memory: {job: {util, used, total}}, util the mean of its
-// GPUs' (null where NVML gives none: injected GPUs, MIG), used and total summed (null where unknown).
-function gpusNow(samples) {
+// GPUs' (null where NVML gives none: injected GPUs, MIG), used and total summed (null where unknown). `by`
+// "project": each project's jobs' GPUs together, as Run:AI's Projects view shows them.
+function gpusNow(samples, by) {
   const newest = samples.length ? samples[samples.length - 1].time : null;
   const now = {};
   for (const x of samples) {
-    if (x.time !== newest || !x.job) continue;
-    const j = now[x.job] = now[x.job] || {utils: [], used: 0, total: 0};
+    const key = by === "project" ? x.job && x.project : x.job;
+    if (x.time !== newest || !key) continue;
+    const j = now[key] = now[key] || {utils: [], used: 0, total: 0};
     j.utils.push(x.utilization);
     j.used = j.used === null || x.memory_used === null ? null : j.used + x.memory_used;
     j.total = j.total === null || x.memory_total === null ? null : j.total + x.memory_total;
@@ -712,18 +714,21 @@ async function deleteProject(name, said) {
 function projectsPage(main) {
   const holder = h("div", {class: "card wide"});
   const said = h("p", {id: "project-message", role: "status"});
+  const history = gpuHistory();
   main.append(h("h1", {}, "Projects"), said, holder);
   every(async () => {
     // every backend's projects; one that did not answer is named in the Warning header, its projects missing
-    const {body: projects, headers} = await request("/projects");
+    const [{body: projects, headers}, hist] = await Promise.all([request("/projects"), history()]);
+    const now = gpusNow(hist, "project");
     const rows = projects.map(p => h("tr", {"data-project": p.name},
       h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name)),
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
+      h("td", {class: "gpu-util"}, gpuUtil(now[p.name])), h("td", {class: "gpu-memory"}, gpuMemory(now[p.name])),
       h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p)), h("td", {class: "backend"}, p.backend),
       h("td", {class: "actions"}, ...projectButtons(p, said))));
     redraw(holder, ...[warningNote(headers, "projects-warning")].filter(Boolean), table(["Project", "GPU quota",
-      "GPUs allocated", "Running jobs", "Pending jobs", "Jobs (all but deleted)", "Over quota (local)", "Backend", ""], rows, {id: "projects-table"},
+      "GPUs allocated", "Running jobs", "Pending jobs", "Jobs (all but deleted)", "GPU util.", "GPU memory used / total", "Over quota (local)", "Backend", ""], rows, {id: "projects-table"},
       "No projects yet: create one with 'dtrain project create NAME --gpu-quota 2'."));
   }, REFRESH_MS * 2);
 }

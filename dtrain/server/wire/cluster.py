@@ -64,6 +64,8 @@ class GpuSample(BaseModel):
     node: str
     gpu: str
     job: str | None
+    project: str | None = Field(None, description="its job's project, as the backend knows it; null: held by none of "
+                                                  "dtrain's jobs")
     held: bool | None = Field(None, description="held by one of dtrain's jobs or another workload; null where that "
                                                 "cannot be told (Kubernetes: pods this account may not list)")
     utilization: float | None
