@@ -707,3 +707,24 @@ def test_a_checkpoint_local_path_of_the_job_is_where_it_checkpoints(monkeypatch,
     config.write_text(json.dumps({"S3Uri": "s3://b/ckpt"}))  # no LocalPath: SageMaker's default
     assert parse_args(["--data-dir", str(tmp_path)]).checkpoint_dir == str(opt_ml / "checkpoints")
     assert resume.checkpoint_dir("out", {"SM_CURRENT_HOST": "algo-1"}) == Path("/opt/ml/checkpoints")
+
+
+def test_batch_size_and_num_workers_come_from_the_jobs_environment_as_the_lanes_workload_reads_them(monkeypatch,
+                                                                                                  tmp_path):
+    """`dtrain submit-dist ... -e BATCH_SIZE=64 -- python -m dtrain.workloads.cifar10.train`, as the lanes demo is
+    given its batch (Run:AI's `-e BATCH_SIZE=33`): the variable was ignored and the run trained on 4. A flag and a
+    SageMaker hyperparameter win over it; a bad value is the variable's one line."""
+    _clean_env(monkeypatch)
+    data = ["--data-dir", str(tmp_path)]
+    monkeypatch.setenv("BATCH_SIZE", "64")
+    monkeypatch.setenv("NUM_WORKERS", "2")
+    cfg = parse_args(data)
+    assert (cfg.batch_size, cfg.num_workers) == (64, 2)
+    assert parse_args([*data, "--batch-size", "8"]).batch_size == 8
+    monkeypatch.setenv("SM_HPS", json.dumps({"batch-size": 16}))
+    assert parse_args(data).batch_size == 16
+    monkeypatch.delenv("SM_HPS")
+    monkeypatch.setenv("BATCH_SIZE", "1.5")
+    with pytest.raises(SpecError) as refused:
+        parse_args(data)
+    assert str(refused.value) == "BATCH_SIZE=1.5 is not a whole number: give 1 to 65536, e.g. BATCH_SIZE=2"

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,18 @@ def in_range(name: str, value: float, low: float, high: float) -> None:
         flag = name.endswith("=") or name.startswith("-") and " " not in name
         example = f"{given}{_num(near)}" if flag else _num(near)
         raise SpecError(f"{given}{_num(value)} {trouble}: give {_num(low)} to {_num(high)}, e.g. {example}")
+
+
+def env_int(env: Mapping[str, str], name: str, limits: tuple[int, int]) -> int | None:
+    """A whole number from the environment (`-e BATCH_SIZE=64`), read as its flag reads it (1e3 is 1000);
+    refused in its flag's line, naming the range and a value in it ('BATCH_SIZE=1.5 is not a whole number:
+    give 1 to 65536, e.g. BATCH_SIZE=2'), as typed."""
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    number = whole_number(value)
+    in_range(f"{name}=", number, *limits)
+    return number
 
 
 def schedule_steps(epochs: int, steps_per_epoch: int, flag: str = "--epochs") -> int:

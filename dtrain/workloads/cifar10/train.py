@@ -85,7 +85,7 @@ from dtrain.workloads.cifar10.outputs import (  # re-exported as above
     check_outputs,
     metrics_file,
 )
-from dtrain.workloads.inputs import in_range, learning_rate, schedule_steps
+from dtrain.workloads.inputs import env_int, in_range, learning_rate, schedule_steps
 
 
 def _platform_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -128,6 +128,17 @@ def _platform_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
         if synced.is_dir():
             out["checkpoint_dir"] = str(synced)
     return out
+
+
+ENV_SETTINGS = {"BATCH_SIZE": "batch_size", "NUM_WORKERS": "num_workers"}  # as the lanes workload reads them
+
+
+def _env_defaults(env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """The settings a job's environment gives (Run:AI's `-e BATCH_SIZE=64`, as the lanes workload reads it),
+    bounded as their flags are; a flag or a SageMaker hyperparameter wins over them."""
+    env = os.environ if env is None else env
+    given = {key: env_int(env, name, LIMITS[key]) for name, key in ENV_SETTINGS.items()}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _hyperparameter_defaults(env: Mapping[str, str] | None = None) -> dict[str, object]:
@@ -227,7 +238,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         p.add_argument(*names, dest=name, type=_blank_is_none(kind), default=None if default is MISSING else default,
                        help=help)
 
-    add("batch_size", int, "images per step PER PROCESS (global batch = world size x this; default 4)")
+    add("batch_size", int, "images per step PER PROCESS (global batch = world size x this; default $BATCH_SIZE, "
+        "else 4)")
     add("epochs", int, "passes over the training set (default 2)")
     add("lr", float, "SGD learning rate (default 0.001)")
     add("momentum", float, "SGD momentum (default 0.9)")
@@ -241,7 +253,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("max_steps", int, "stop after this many steps; 0 runs all epochs (default 0)")
     add("metrics_file", str, "per-step JSONL metrics (default: $SM_OUTPUT_DATA_DIR/metrics.jsonl on SageMaker, "
         "else <model-dir>/metrics.jsonl)")
-    add("num_workers", int, "DataLoader worker processes (default 0)")
+    add("num_workers", int, "DataLoader worker processes (default $NUM_WORKERS, else 0)")
     add("log_interval", int, "print progress every N steps; 0 never (default 100)")
     add("checkpoint_dir", str, "checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, /opt/ml/checkpoints "
         "on SageMaker, else --model-dir)")
@@ -256,7 +268,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--no-resume", "--no_resume", dest="no_resume", nargs="?", const=True, default=None,
                    metavar="true|false", help="start over, ignoring checkpoints (the same as --resume false)")
     paths = _platform_paths()
-    p.set_defaults(**paths, **_hyperparameter_defaults())
+    p.set_defaults(**{**paths, **_env_defaults(), **_hyperparameter_defaults()})
     a = vars(p.parse_args(argv))
     no_resume = a.pop("no_resume")
     if no_resume is not None and not (isinstance(no_resume, str) and not no_resume.strip()):

@@ -9,7 +9,7 @@ import torch
 
 from dtrain.errors import SpecError
 from dtrain.training import checkpoint_dir
-from dtrain.workloads.inputs import MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate, whole_number
+from dtrain.workloads.inputs import MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, env_int, in_range, learning_rate
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.recipes import LIMITS, Recipe
 
@@ -47,18 +47,6 @@ def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
     raise SpecError(f"{name}={value!r}: use true or false")
 
 
-def _env_int(env: Mapping[str, str], name: str, limits: tuple[int, int]) -> int | None:
-    """A whole number from the environment (`-e BATCH_SIZE=64`), read as its flag reads it (1e3 is 1000);
-    refused in its flag's line, naming the range and a value in it ('BATCH_SIZE=1.5 is not a whole number:
-    give 1 to 65536, e.g. BATCH_SIZE=2'), as typed."""
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    number = whole_number(value)
-    in_range(f"{name}=", number, *limits)
-    return number
-
-
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     """Flags whose defaults come from the environment, so a flag on the command line wins."""
     p = Parser(prog="dtrain lanes train", description="Train SCNN on TuSimple (data parallel).")
@@ -77,15 +65,15 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: the recipe's)")
     p.add_argument("--checkpoint-dir", help="checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, "
                    "/opt/ml/checkpoints on SageMaker, else --out-dir)")
-    p.add_argument("--batch-size", type=int, default=_env_int(env, "BATCH_SIZE", LIMITS["batch_size"]),
+    p.add_argument("--batch-size", type=int, default=env_int(env, "BATCH_SIZE", LIMITS["batch_size"]),
                    help="per process [BATCH_SIZE]")
     p.add_argument("--use-workers", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_WORKERS"),
                    help="load data in worker processes [USE_WORKERS]")
-    p.add_argument("--num-workers", type=int, default=_env_int(env, "NUM_WORKERS", LIMITS["num_workers"]),
+    p.add_argument("--num-workers", type=int, default=env_int(env, "NUM_WORKERS", LIMITS["num_workers"]),
                    help="[NUM_WORKERS]")
     p.add_argument("--use-val", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_VAL"),
                    help="validate on the val split [USE_VAL]")
-    p.add_argument("--val-batch-size", type=int, default=_env_int(env, "VAL_BATCH_SIZE", LIMITS["val_batch_size"]),
+    p.add_argument("--val-batch-size", type=int, default=env_int(env, "VAL_BATCH_SIZE", LIMITS["val_batch_size"]),
                    help="[VAL_BATCH_SIZE]")
     p.add_argument("--enable-snapshot", action=argparse.BooleanOptionalAction,
                    default=_env_bool(env, "ENABLE_SNAPSHOT"), help="recorded for the platform [ENABLE_SNAPSHOT]")

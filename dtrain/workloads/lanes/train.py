@@ -54,7 +54,6 @@ from dtrain.workloads.lanes.config import (  # re-exported: tests and bench/ rea
     _TRUE,
     TrainConfig,
     _env_bool,
-    _env_int,
     build_parser,
     parse_config,
 )
