@@ -66,8 +66,8 @@ def test_a_namespace_another_tool_made_stays_and_only_dtrains_objects_and_labels
                     "metadata": {"name": "dtrain-snapshotter", "namespace": "dtrain-team"}, "rules": []})
     cluster.requests.clear()
     gone = backend.delete_project("team")
-    assert gone.removed == ("ResourceQuota dtrain-quota", "ServiceAccount dtrain-snapshotter",
-                            "labels dtrain.io/project of namespace dtrain-team")
+    assert gone.removed == ("ServiceAccount dtrain-snapshotter", "ResourceQuota dtrain-quota",
+                            "labels dtrain.io/project of namespace dtrain-team")  # the project as listed goes last
     assert cluster.get("rbac.authorization.k8s.io", "roles", "dtrain-team", "dtrain-snapshotter") is not None
     assert gone.kept == ("namespace dtrain-team stays, with what else it holds: another tool made it (it has no "
                          "label app.kubernetes.io/managed-by=dtrain)")

@@ -6,12 +6,13 @@ cluster. A mixin of KubernetesBackend.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from dtrain.backends.base import DeletedProjectInfo, JobStatus, Listed, Notice, ProjectInfo, project_in_use
-from dtrain.errors import ConflictError, NotFoundError
+from dtrain.errors import ConflictError, DtrainError, NotFoundError
 
-from .client import NAMESPACE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE_ACCOUNT, Forbidden, Missing
+from .client import (NAMESPACE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE_ACCOUNT, Forbidden, Missing,
+                     Unanswered, Unauthenticated)
 from .nodes import HOLDING_GPUS
 from .objects import GPU_RESOURCE, LABEL_MANAGED, LABEL_PROJECT, NOTEBOOK, SNAPSHOTTER_ACCOUNT, VOLUME_SNAPSHOT
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace
@@ -104,32 +105,68 @@ class ProjectVerbs:
         if refusal is not None:
             raise refusal
         if ours:
-            self.api.delete(NAMESPACE, None, namespace)
+            self._project_steps(name, [(f"namespace {namespace}", f"delete namespace {namespace}",
+                                        lambda: self.api.delete(NAMESPACE, None, namespace))])
             return DeletedProjectInfo(name=name, backend=self.name, removed=(f"namespace {namespace}",))
-        removed = []
-        quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME)
-        if quota is not None and (quota["metadata"].get("labels") or {}).get(LABEL_PROJECT) == name:
-            with contextlib.suppress(NotFoundError):
-                self.api.delete(RESOURCE_QUOTA, namespace, QUOTA_NAME)
-            removed.append(f"ResourceQuota {QUOTA_NAME}")
-        if not shared:  # the snapshot watcher's account is every project's in a shared namespace
-            for resource in (ROLE_BINDING, ROLE, SERVICE_ACCOUNT):
-                found_obj = self._try_read(resource, namespace, SNAPSHOTTER_ACCOUNT)
-                if found_obj is None or (found_obj["metadata"].get("labels") or {}).get(LABEL_MANAGED) != "dtrain":
-                    continue  # none, or one another tool made (as submit leaves it): not dtrain's to delete
-                with contextlib.suppress(NotFoundError):
-                    self.api.delete(resource, namespace, SNAPSHOTTER_ACCOUNT)
-                removed.append(f"{resource.kind} {SNAPSHOTTER_ACCOUNT}")
-        mine = [k for k in labels if k.startswith("dtrain.io/") or (k == LABEL_MANAGED and labels[k] == "dtrain")]
-        if mine and labels.get(LABEL_PROJECT) == name:
-            self.api.patch(NAMESPACE, None, namespace, [{"op": "remove", "path": "/metadata/labels/"
-                                                         + k.replace("~", "~0").replace("/", "~1")} for k in mine])
-            removed.append(f"labels {', '.join(sorted(mine))} of namespace {namespace}")
+        removed = self._project_steps(name, self._project_leftovers(name, namespace, labels, shared))
         why = ("the kubernetes setting namespace shares it among projects" if shared else
                f"it is owned by {', '.join(owners)}" if owners else "another tool made it (it has no label "
                f"{LABEL_MANAGED}=dtrain)")
         return DeletedProjectInfo(name=name, backend=self.name, removed=tuple(removed),
                                   kept=f"namespace {namespace} stays, with what else it holds: {why}")
+
+    def _project_leftovers(self, name: str, namespace: str, labels: dict[str, str], shared: bool
+                           ) -> list[tuple[str, str, Callable[[], object]]]:
+        """The steps of a project delete that leaves its namespace, each (what goes, the verb and object, the call), in
+        the order that leaves the project as listed until the last: the snapshot watcher's account (which the
+        next submit makes again), then the GPU quota, then dtrain's labels, which make the namespace the
+        project's; so a step refused leaves what a re-run of the same delete finishes. Everything is read
+        first: a read refused changes nothing."""
+        steps: list[tuple[str, str, Callable[[], object]]] = []
+
+        def delete(resource: Resource, obj_name: str) -> Callable[[], object]:
+            def call() -> None:
+                with contextlib.suppress(NotFoundError):  # gone meanwhile
+                    self.api.delete(resource, namespace, obj_name)
+            return call
+        reads = [] if shared else [ROLE_BINDING, ROLE, SERVICE_ACCOUNT]  # in a shared namespace every project's
+        for resource in reads:
+            found = self._project_step_read(name, f"{resource.kind} {SNAPSHOTTER_ACCOUNT} in namespace {namespace}",
+                                            lambda r=resource: self._try_read(r, namespace, SNAPSHOTTER_ACCOUNT))
+            if found is not None and (found["metadata"].get("labels") or {}).get(LABEL_MANAGED) == "dtrain":
+                # (one another tool made, as submit leaves it, is not dtrain's to delete)
+                what = f"{resource.kind} {SNAPSHOTTER_ACCOUNT}"
+                steps.append((what, f"delete {what}", delete(resource, SNAPSHOTTER_ACCOUNT)))
+        quota = self._project_step_read(name, f"ResourceQuota {QUOTA_NAME} in namespace {namespace}",
+                                        lambda: self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME))
+        if quota is not None and (quota["metadata"].get("labels") or {}).get(LABEL_PROJECT) == name:
+            steps.append((f"ResourceQuota {QUOTA_NAME}", f"delete ResourceQuota {QUOTA_NAME}",
+                          delete(RESOURCE_QUOTA, QUOTA_NAME)))
+        mine = [k for k in labels if k.startswith("dtrain.io/") or (k == LABEL_MANAGED and labels[k] == "dtrain")]
+        if mine and labels.get(LABEL_PROJECT) == name:
+            ops = [{"op": "remove", "path": "/metadata/labels/" + k.replace("~", "~0").replace("/", "~1")}
+                   for k in mine]
+            steps.append((f"labels {', '.join(sorted(mine))} of namespace {namespace}", f"patch namespace {namespace}",
+                          lambda: self.api.patch(NAMESPACE, None, namespace, ops)))
+        return steps
+
+    def _project_step_read(self, name: str, what: str, read: Callable[[], dict | None]) -> dict | None:
+        try:
+            return read()
+        except DtrainError as err:
+            raise _partly(name, [], [], err, f"get {what}") from None
+
+    def _project_steps(self, name: str, steps: list[tuple[str, str, Callable[[], object]]]) -> list[str]:
+        """Each step in order; one that fails is one line saying what went, what failed and what stays,
+        and that the same `project delete` run again finishes it."""
+        done: list[str] = []
+        for i, (what, step, call) in enumerate(steps):
+            try:
+                call()
+            except DtrainError as err:
+                raise _partly(name, done, [w for w, _, _ in steps[i + 1:]], err, step) from None
+            done.append(what)
+        return done
 
     def _list_projects(self) -> Listed:
         """Projects with their GPU quota, GPUs held by their pods and job count. An account that may
@@ -236,3 +273,21 @@ class ProjectVerbs:
         return [((ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, ns["metadata"]["name"]),
                  ns["metadata"]["name"]) for ns in namespaces]
 
+
+
+def _partly(name: str, done: list[str], left: list[str], err: DtrainError, step: str) -> DtrainError:
+    """The one line of a project delete that stopped at `step` ('delete Role x'): what went, the error, what
+    stays, and the fix: the same command again once the step may be done (it finishes what is left)."""
+    went = f"partly deleted ({_and(done)} went{'; ' + _and(left) + ' stay' if left else ''})" if done else "not deleted"
+    if isinstance(err, Forbidden) and not isinstance(err, Unauthenticated):
+        when = f"once you may {step}"
+    elif isinstance(err, Unanswered):
+        when = "once the cluster answers (the step may have been done; the re-run looks again)"
+    else:
+        when = "once that is fixed"
+    said = f"project {name!r} is {went}: {err}; re-run 'dtrain project delete {name}' {when}"
+    return NotFoundError(said) if isinstance(err, Missing) else type(err)(said)
+
+
+def _and(words: list[str]) -> str:
+    return " and ".join(filter(None, (", ".join(words[:-1]), words[-1])))

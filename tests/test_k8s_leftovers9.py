@@ -1,0 +1,121 @@
+"""The Kubernetes backend's leftovers of a ninth audit: `project delete` refused part-way (RBAC, any API
+error) left the quota gone and the labels on and said only the API's refusal, or a traceback; a watcher
+RoleBinding labelled dtrain's but changed by hand was only warned of, where dtrain's Role is repaired;
+the fake API server did not append with a JSON Patch's `/-`, kept the pods of a suspended job, and kept
+a deleted namespace's objects.
+
+Each test drives the official `kubernetes` client against the shipped fake API server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+from dtrain.backends.kubernetes import KubernetesConfig  # noqa: E402
+from dtrain.backends.kubernetes.client import Forbidden, Unanswered  # noqa: E402
+
+from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
+
+RBAC = "rbac.authorization.k8s.io"
+DTRAINS = {"app.kubernetes.io/managed-by": "dtrain"}
+
+
+def _team(make_backend, cluster):
+    """Namespace dtrain-team another tool made, with dtrain's GPU quota and watcher account."""
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "dtrain-team", "labels": {"dtrain.io/project": "team", "runai/queue": "team"}}})
+    backend = make_backend(KubernetesConfig(project="team", image=IMAGE))
+    backend.create_project("team", gpu_quota=2)
+    for kind, extra in (("ServiceAccount", {}), ("Role", {"rules": []}),
+                        ("RoleBinding", {"roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "dtrain-snapshotter"},
+                                         "subjects": []})):
+        cluster.create({"apiVersion": "v1" if kind == "ServiceAccount" else f"{RBAC}/v1", "kind": kind, **extra,
+                        "metadata": {"name": "dtrain-snapshotter", "namespace": "dtrain-team", "labels": DTRAINS}})
+    return backend
+
+
+def _left(cluster) -> list[str]:
+    return sorted(f"{o['kind']} {o['metadata']['name']}" for (g, p, ns, _), o in cluster.objects.items()
+                  if ns == "dtrain-team")
+
+
+def test_project_delete_refused_part_way_says_what_went_and_a_rerun_finishes(make_backend, cluster):
+    """Reproduced: the quota went first, then a 403 on the watcher's Role came out as the API's refusal
+    alone, the project left listed without its quota. Now the watcher's account goes first, the quota
+    and the labels (the project as listed) last, and the line says what went, what stays and the fix."""
+    backend = _team(make_backend, cluster)
+    refusal = ('roles.rbac.authorization.k8s.io "dtrain-snapshotter" is forbidden: User "test" cannot delete '
+               'resource "roles" in API group "rbac.authorization.k8s.io" in the namespace "dtrain-team"')
+    cluster.fail("DELETE", "/namespaces/dtrain-team/roles/dtrain-snapshotter", 403, refusal)
+    with pytest.raises(Forbidden) as err:
+        backend.delete_project("team")
+    assert str(err.value) == (
+        "project 'team' is partly deleted (RoleBinding dtrain-snapshotter went; ServiceAccount dtrain-snapshotter, "
+        "ResourceQuota dtrain-quota and labels dtrain.io/project of namespace dtrain-team stay): cannot delete Role "
+        f"'dtrain-snapshotter' in namespace dtrain-team: {refusal}; check your credentials and RBAC (kubectl auth "
+        "can-i delete roles.rbac.authorization.k8s.io -n dtrain-team); re-run 'dtrain project delete team' once "
+        "you may delete Role dtrain-snapshotter")
+    # the project is as listed before: its quota and labels kept
+    assert _left(cluster) == ["ResourceQuota dtrain-quota", "Role dtrain-snapshotter",
+                              "ServiceAccount dtrain-snapshotter"]
+    assert [(p.name, p.gpu_quota) for p in backend.list_projects()] == [("team", 2)]
+    cluster.faults.clear()  # the admin grants it: the same command finishes
+    gone = backend.delete_project("team")
+    assert gone.removed == ("Role dtrain-snapshotter", "ServiceAccount dtrain-snapshotter",
+                            "ResourceQuota dtrain-quota", "labels dtrain.io/project of namespace dtrain-team")
+    assert _left(cluster) == [] and backend.list_projects() == []
+
+
+@pytest.mark.parametrize("refused", ["read", "quota", "labels", "namespace", "unanswered"])
+def test_project_delete_names_the_step_and_the_verb_refused_and_a_rerun_finishes(make_backend, cluster, refused):
+    if refused == "namespace":  # dtrain's own namespace: one step
+        backend = make_backend()
+        backend.create_project("lanes", gpu_quota=1)
+        cluster.fail("DELETE", f"/api/v1/namespaces/{NS}", 403, "no")
+        with pytest.raises(Forbidden, match=(
+                f"^project 'lanes' is not deleted: cannot delete Namespace '{NS}': no; check your credentials and "
+                f"RBAC \\(kubectl auth can-i delete namespaces\\); re-run 'dtrain project delete lanes' once you may "
+                f"delete namespace {NS}$")):
+            backend.delete_project("lanes")
+        assert [p.name for p in backend.list_projects()] == ["lanes"]
+        cluster.faults.clear()
+        backend.delete_project("lanes")
+        assert backend.list_projects() == []
+        return
+    backend = _team(make_backend, cluster)
+    before = len(cluster.requests)
+    if refused == "read":  # every read comes first: nothing is sent before it
+        cluster.fail("GET", "/roles/", 403, "no")
+        with pytest.raises(Forbidden, match=(
+                "^project 'team' is not deleted: cannot read Role 'dtrain-snapshotter' in namespace dtrain-team: no; "
+                ".* once you may get Role dtrain-snapshotter in namespace dtrain-team$")):
+            backend.delete_project("team")
+        assert [m for m, _ in cluster.requests[before:] if m != "GET"] == []
+    elif refused == "quota":
+        cluster.fail("DELETE", "/resourcequotas/", 403, "no")
+        with pytest.raises(Forbidden, match=(
+                "^project 'team' is partly deleted \\(RoleBinding dtrain-snapshotter, Role dtrain-snapshotter and "
+                "ServiceAccount dtrain-snapshotter went; labels dtrain.io/project of namespace dtrain-team stay\\): "
+                "cannot delete ResourceQuota 'dtrain-quota' in namespace dtrain-team: no; .* once you may delete "
+                "ResourceQuota dtrain-quota$")):
+            backend.delete_project("team")
+    elif refused == "labels":
+        cluster.fail("PATCH", "/api/v1/namespaces/dtrain-team", 403, "no")
+        with pytest.raises(Forbidden, match=(
+                "^project 'team' is partly deleted \\(RoleBinding dtrain-snapshotter, Role dtrain-snapshotter, "
+                "ServiceAccount dtrain-snapshotter and ResourceQuota dtrain-quota went\\): cannot patch Namespace "
+                "'dtrain-team': no; .* once you may patch namespace dtrain-team$")):
+            backend.delete_project("team")
+    else:  # a 5xx: the delete may have been done; the re-run looks again
+        cluster.fail("DELETE", "/roles/", 503, "etcd is busy")
+        with pytest.raises(Unanswered, match=(
+                "^project 'team' is partly deleted \\(RoleBinding dtrain-snapshotter went; .*\\): cannot delete Role "
+                "'dtrain-snapshotter' in namespace dtrain-team: HTTP 503 etcd is busy; .*; re-run 'dtrain project "
+                "delete team' once the cluster answers \\(the step may have been done; the re-run looks again\\)$")):
+            backend.delete_project("team")
+    assert [p.name for p in backend.list_projects()] == ["team"]  # still listed: the labels go last
+    cluster.faults.clear()
+    backend.delete_project("team")
+    assert _left(cluster) == [] and backend.list_projects() == []
