@@ -119,3 +119,122 @@ def test_project_delete_names_the_step_and_the_verb_refused_and_a_rerun_finishes
     cluster.faults.clear()
     backend.delete_project("team")
     assert _left(cluster) == [] and backend.list_projects() == []
+
+
+# --------------------------------------------------------------- the watcher's RoleBinding changed by hand
+
+
+def _binding(cluster, subjects: list[dict], *, role: str = "dtrain-snapshotter", labels: dict | None = None) -> dict:
+    return cluster.create({"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+                           "metadata": {"name": "dtrain-snapshotter", "namespace": NS,
+                                        "labels": {**DTRAINS, "team": "vision"} if labels is None else labels},
+                           "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": role}, "subjects": subjects})
+
+
+def _submit_watched(backend, name: str) -> None:
+    from dtrain.spec import parse_pvc
+
+    backend.submit(spec(name=name, snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),)))
+
+
+def _bound(cluster) -> dict:
+    return cluster.get(RBAC, "rolebindings", NS, "dtrain-snapshotter")
+
+
+EDITOR = {"kind": "ServiceAccount", "name": "default-editor", "namespace": NS}
+WATCHER = {"kind": "ServiceAccount", "name": "dtrain-snapshotter", "namespace": NS}
+
+
+def test_dtrains_rolebinding_changed_by_hand_is_repaired_as_kubectl_auth_reconcile_does(backend, cluster, caplog):
+    """Reproduced: dtrain's RoleBinding whose subjects or roleRef were edited by hand was only warned of
+    (dtrain's Role in that state is repaired), and every watcher there failed until an admin fixed it."""
+    import logging
+
+    from test_k8s_render import validate
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    backend.create_volume("data", size="1Gi")
+    _binding(cluster, [EDITOR])  # its subjects changed: the watcher's account added, the editor kept
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend, "one")
+    assert [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()] == []
+    fixed = _bound(cluster)
+    assert fixed["subjects"] == [EDITOR, WATCHER] and fixed["metadata"]["labels"]["team"] == "vision"
+    assert [m for m, p in cluster.requests if "/rolebindings/" in p] == ["GET", "PUT"]
+    [sent] = [o for o in cluster.written if o["kind"] == "RoleBinding"]
+    sent.pop("status")  # the fake's answer gives every replaced object one; dtrain sent none
+    validate(sent)
+    # its roleRef changed (an admin bound `view`): a roleRef never changes, so it is deleted and made anew
+    cluster.objects.pop((RBAC, "rolebindings", NS, "dtrain-snapshotter"))
+    old = _binding(cluster, [EDITOR], role="view")
+    cluster.requests.clear()
+    cluster.written.clear()
+    _submit_watched(backend, "two")
+    fixed = _bound(cluster)
+    assert fixed["roleRef"] == {"apiGroup": RBAC, "kind": "Role", "name": "dtrain-snapshotter"}
+    assert fixed["subjects"] == [EDITOR, WATCHER] and fixed["metadata"]["uid"] != old["metadata"]["uid"]
+    assert [m for m, p in cluster.requests if "rolebindings" in p] == ["POST", "GET", "DELETE", "POST"]
+    [sent] = [o for o in cluster.written if o["kind"] == "RoleBinding"]
+    validate(sent)
+    cluster.requests.clear()
+    _submit_watched(backend, "three")  # bound right now: read, not written
+    assert [m for m, p in cluster.requests if "/rolebindings/" in p] == ["GET"]
+
+
+def test_another_tools_rolebinding_is_left_and_a_refused_repair_is_one_warning(backend, cluster, caplog):
+    import logging
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    backend.create_volume("data", size="1Gi")
+    _binding(cluster, [EDITOR], role="view", labels={"team": "vision"})  # not dtrain's: left as it is
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend, "one")
+    assert _bound(cluster)["roleRef"]["name"] == "view"
+    assert [m for m, p in cluster.requests if "/rolebindings/" in p] == ["GET"]
+    (said,) = [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()]
+    assert "not made by dtrain" in said and "submit leaves the RoleBinding as it is" in said
+    # dtrain's, but this account may not update RoleBindings: one line names the fix, the job runs
+    cluster.objects.pop((RBAC, "rolebindings", NS, "dtrain-snapshotter"))
+    _binding(cluster, [EDITOR])
+    cluster.fail("PUT", "/rolebindings/", 403, "no")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend, "two")
+    (said,) = [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()]
+    assert said.startswith(
+        f"dtrain: warning: RoleBinding dtrain-snapshotter in namespace {NS}, labelled as made by dtrain, yet changed "
+        f"since, does not bind ServiceAccount dtrain-snapshotter, so the snapshot watcher may not read the job or take "
+        f"its snapshot, and this account may not update RoleBindings there (kubectl auth can-i update "
+        f"rolebindings.rbac.authorization.k8s.io -n {NS}): ask its owner or an admin to run kubectl patch rolebinding")
+    assert cluster.get("batch", "jobs", NS, "two")
+    # a roleRef to put right, and this account may not delete RoleBindings: the two commands named
+    cluster.objects.pop((RBAC, "rolebindings", NS, "dtrain-snapshotter"))
+    _binding(cluster, [EDITOR], role="view")
+    cluster.fail("DELETE", "/rolebindings/", 403, "no")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend, "three")
+    (said,) = [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()]
+    assert (", and this account may not delete RoleBindings there" in said
+            and f"kubectl delete rolebinding dtrain-snapshotter -n {NS}, then kubectl create rolebinding "
+                f"dtrain-snapshotter -n {NS} --role=dtrain-snapshotter" in said)
+    assert _bound(cluster)["roleRef"]["name"] == "view"
+
+
+def test_a_dry_run_shows_dtrains_changed_rolebinding_as_submit_repairs_it(backend, cluster, tmp_path, capsys):
+    import yaml
+
+    from test_k8s_render import validate
+    from test_k8s_snapshotter_role import _dry_run_watched
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _binding(cluster, [EDITOR], role="view")
+    out, _ = _dry_run_watched(backend, tmp_path, capsys)
+    (note,) = [line for line in out.splitlines() if line.startswith("# RoleBinding ")]
+    assert note == (f"# RoleBinding dtrain-snapshotter in namespace {NS}, labelled as made by dtrain, yet changed "
+                    f"since, binds Role view, not Role dtrain-snapshotter: submit deletes it and makes it anew (a "
+                    f"roleRef never changes), keeping its other subjects (shown below as repaired)")
+    (shown,) = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "RoleBinding"]
+    assert shown["roleRef"]["name"] == "dtrain-snapshotter" and shown["subjects"] == [EDITOR, WATCHER]
+    validate(shown)
+    assert [m for m, p in cluster.requests if "rolebindings" in p] == ["GET"]  # nothing sent

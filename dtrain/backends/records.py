@@ -160,8 +160,9 @@ class Notice(_Record):
 
     code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused",
     # "quota-unknown" (a project's GPU quota not readable), "gpus-unknown" (GPUs allocated counted from part of the pods)
-    # "role-updated", "shared-left" (a dry run's: the snapshot watcher's Role that submit would update, or its
-    # ServiceAccount, Role or RoleBinding someone else made, which submit leaves and the manifests leave out)
+    # "role-updated", "binding-repaired", "shared-left" (a dry run's: the snapshot watcher's Role or changed
+    # RoleBinding that submit would update or repair, or its ServiceAccount, Role or RoleBinding someone else made,
+    # which submit leaves and the manifests leave out)
     # "gpus-injected" (`dtrain server` started with another DTRAIN_GPUS than some local GPU jobs were submitted with)
     # "pods-unread" (Kubernetes: a namespace's pods not readable, so its jobs' processes, GPUs and node unknown)
     message: str  # one line: what is missing, why, and how to fix it

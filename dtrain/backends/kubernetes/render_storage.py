@@ -310,3 +310,15 @@ def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: R
         job_spec["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": metadata(watcher_name(spec.name), namespace, labels), "spec": job_spec}
+
+
+def repaired_binding(found: dict, want: dict) -> dict:
+    """The watcher's RoleBinding `found` put right (pure): `want`'s roleRef, `found`'s subjects with the
+    watcher's account added, its labels and annotations kept with dtrain's labels; no server fields."""
+    meta, subjects = found["metadata"], list(found.get("subjects") or [])
+    if binding_lacks({**want, "subjects": subjects}, want) is not None:
+        subjects.append(want["subjects"][0])
+    kept = {k: meta[k] for k in ("annotations",) if meta.get(k)}
+    return {"apiVersion": want["apiVersion"], "kind": want["kind"], "roleRef": want["roleRef"], "subjects": subjects,
+            "metadata": {**want["metadata"], **kept,
+                         "labels": {**(meta.get("labels") or {}), **(want["metadata"].get("labels") or {})}}}

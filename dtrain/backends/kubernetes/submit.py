@@ -20,7 +20,7 @@ from .jobs import JOB_ORDER
 from .objects import (LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, ROLE_SNAPSHOTTER, TRAIN_JOB, VOLUME_SNAPSHOT, Resource,
                       job_writer_fix, success_snapshot_name)
 from .render import render_job, resource_for
-from .render_storage import binding_lacks, lacking_rules, render_namespace, render_snapshot_watcher
+from .render_storage import binding_lacks, lacking_rules, render_namespace, render_snapshot_watcher, repaired_binding
 from .status import job_info
 
 if TYPE_CHECKING:
@@ -321,10 +321,8 @@ class SubmitVerbs:
         except ConflictError:  # made for an earlier job in this namespace
             if obj["kind"] == ROLE.kind:
                 self._complete_role(obj)
-            if obj["kind"] == ROLE_BINDING.kind:  # left as it is, as another's Role: said where it binds wrong
-                said = self._binding_lacking(obj)
-                if said:
-                    logging.getLogger(__name__).warning("dtrain: warning: %s", said)
+            if obj["kind"] == ROLE_BINDING.kind:
+                self._repair_binding(obj)
 
     def _binding_lacking(self, want: dict, found: dict | None = None) -> str | None:
         """The warning (one line) of the watcher's RoleBinding there (`found`, or as read) that does not
@@ -343,6 +341,47 @@ class SubmitVerbs:
         return (f"RoleBinding {meta['name']} in namespace {meta['namespace']}, {whose}, {gap[0]}, so the snapshot "
                 f"watcher may not read the job or take its snapshot, and submit leaves the RoleBinding as it is: ask "
                 f"its owner or an admin to run {gap[1]}; the job runs all the same, without its snapshot until then")
+
+    def _repair_binding(self, want: dict) -> None:
+        """The snapshot watcher's RoleBinding, made once per namespace, may have been changed by hand since.
+        Where it is dtrain's (its name and managed-by label) and no longer binds the watcher's Role to its
+        ServiceAccount, it is repaired as `kubectl auth reconcile` repairs one: the subjects lacking are added
+        to those it has by a replace of it as read; a roleRef, which Kubernetes never changes, is put right
+        by deleting it and creating it anew, its subjects and labels kept. One of that name someone else made
+        is left as it is, with one warning naming the fix; so where the repair is refused. The submit goes on."""
+        meta = want["metadata"]
+        try:
+            found = self.api.read(ROLE_BINDING, meta["namespace"], meta["name"])
+        except DtrainError:
+            return  # not readable: left unsaid, as a Role is
+        gap = binding_lacks(found, want)
+        if gap is None:
+            return
+        said = self._binding_lacking(want, found)
+        if not _dtrains(found):
+            logging.getLogger(__name__).warning("dtrain: warning: %s", said)
+            return
+        fixed = repaired_binding(found, want)
+        anew = _ref(found) != _ref(want)
+        step = "delete" if anew else "update"
+        try:
+            if anew:
+                self.api.delete(ROLE_BINDING, meta["namespace"], meta["name"])
+                step = "create"
+                self.api.create(fixed, ROLE_BINDING)
+            else:
+                self.api.replace({**fixed, "metadata": {**found["metadata"], "labels": fixed["metadata"]["labels"]}},
+                                 ROLE_BINDING)  # as read (its resourceVersion): a change meanwhile is a 409
+        except ConflictError:
+            return  # made or changed meanwhile by another submit, which repairs it the same way
+        except DtrainError as err:
+            refused = isinstance(err, Forbidden) and not isinstance(err, Unauthenticated)
+            why = (f"this account may not {step} RoleBindings there (kubectl auth can-i {step} "
+                   f"rolebindings.rbac.authorization.k8s.io -n {meta['namespace']})" if refused
+                   else f"its {step} failed: {err}")
+            gone = ", deleted to be made anew but not made again," if step == "create" else ""
+            logging.getLogger(__name__).warning("dtrain: warning: %s", (said or "").replace(
+                ", and submit leaves the RoleBinding as it is:", f"{gone or ','} and {why}:"))
 
     def _complete_role(self, want: dict) -> None:
         """The snapshot watcher's Role, made once per namespace, may come from an older dtrain and lack a
@@ -398,7 +437,8 @@ class SubmitVerbs:
         out (None), the note naming it and, for a Role, the rules it lacks and the patch that grants them:
         `kubectl apply -f` of the output would otherwise overwrite it (a Role's rules) and label it dtrain's.
         Where an older dtrain's Role lacks rules, the Role as submit's update leaves it (its metadata and
-        rules as read, the rules lacking added). One not there, or not readable: as rendered. Nothing is sent."""
+        rules as read, the rules lacking added); dtrain's RoleBinding changed by hand, as submit repairs it. One
+        not there, or not readable: as rendered. Nothing is sent."""
         meta = want["metadata"]
         try:
             found = self.api.read(_BY_KIND[want["kind"]], meta["namespace"], meta["name"])
@@ -413,6 +453,13 @@ class SubmitVerbs:
             return None, Notice(code="shared-left", message=(
                 f"{said}; it is left out of the manifests below, as kubectl apply -f of dtrain's {want['kind']} "
                 f"would overwrite it"))
+        gap = binding_lacks(found, want) if want["kind"] == ROLE_BINDING.kind else None
+        if gap is not None:  # dtrain's, changed by hand: shown as submit's repair leaves it
+            how = ("deletes it and makes it anew (a roleRef never changes)" if _ref(found) != _ref(want) else
+                   "adds the watcher's ServiceAccount to its subjects")
+            return repaired_binding(found, want), Notice(code="binding-repaired", message=(
+                f"RoleBinding {meta['name']} in namespace {meta['namespace']}, labelled as made by dtrain, yet "
+                f"changed since, {gap[0]}: submit {how}, keeping its other subjects (shown below as repaired)"))
         if not lacking:
             return want, None
         shown = {"apiVersion": want["apiVersion"], "kind": want["kind"],
@@ -448,6 +495,11 @@ class SubmitVerbs:
             except DtrainError:
                 failed.append(f"{resource.kind} {meta['name']}")
         return failed
+
+
+def _ref(binding: dict) -> tuple:
+    ref = binding.get("roleRef") or {}
+    return ref.get("kind"), ref.get("name")
 
 
 def _dtrains(role: dict) -> bool:
