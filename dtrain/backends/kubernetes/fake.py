@@ -5,8 +5,8 @@ No cluster runs on a developer's machine or in CI, so the backend's tests drive 
 `FakeCluster` stores objects and answers the REST paths the backend uses; its helper methods
 play the controllers (operators create replica pods, conditions change, PVCs bind, snapshots
 become ready) so a test can replay a job's life step by step. `FakeKubeServer` serves it. The store
-is fake_cluster.py, the words of its answers fake_wire.py; this module serves them, and tests import
-every name from it.
+is fake_cluster.py (its controllers fake_controllers.py), the words of its answers fake_wire.py; this
+module serves them, and tests import every name from it.
 
 Not a conformance fake: no admission, no schema validation (the render tests check schemas),
 no watches; a followed log ends when its pod ends, or when its client has gone while it is idle

@@ -1,5 +1,5 @@
-"""The fake API server's store and controllers (see fake.py): objects and pod logs behind one lock,
-the REST paths the backend uses, and the moves of the operators, provisioner and snapshot controller."""
+"""The fake API server's store (see fake.py): objects and pod logs behind one lock, and the REST paths
+the backend uses; the moves of the operators, provisioner and snapshot controller are fake_controllers.py's."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from .fake_controllers import FakeControllers, _restarts
 from .fake_wire import (_REASONS, DROP, UPGRADE, Fault, _fields_match, _forbidden, _go_bool, _matches, _not_found,
                         _status, _verb, rfc3339)
-from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE, PVC_PROTECTION
+from .objects import PVC_PROTECTION
 from .patches import apply_patch
 
 CORE = {  # (group, plural) -> (kind, namespaced)
@@ -37,10 +37,9 @@ CRDS = {
 }
 JOB_PLURALS = (("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
                ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks"))
-_KUBEFLOW_EXCLUSIVE = {"Running", "Restarting", "Succeeded", "Failed"}  # at most one is True
 
 
-class FakeCluster:
+class FakeCluster(FakeControllers):
     """Objects, pod logs and the controllers' moves, behind one lock."""
 
     def __init__(self, *, crds: dict | None = None, namespaces: tuple[str, ...] = ("default",)):
@@ -354,148 +353,3 @@ class FakeCluster:
                     return
                 yield b""  # idle: the server looks whether its client is still there
                 self.on_follow_idle(namespace, name)  # unlocked: the hook may wait for the client
-
-    # ---------------------------------------------------------------- controllers
-
-    def add_node(self, name: str, *, gpus: int = 0, cpu: str = "16", memory: str = "64Gi") -> dict:
-        allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
-        if gpus:
-            allocatable["nvidia.com/gpu"] = str(gpus)
-        return self.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-                            "status": {"allocatable": allocatable, "capacity": dict(allocatable)}})
-
-    def run_pods(self, namespace: str, job: str, *, phase: str = "Running",
-                 nodes: tuple[str, ...] = ("node-1",)) -> list[dict]:
-        """Create the replica pods an operator would create for `job`, labelled as it labels them."""
-        with self.lock:
-            obj = self.find_job(namespace, job)
-            pods = []
-            for i, (name, labels, template) in enumerate(_replicas(obj)):
-                spec = json.loads(json.dumps(template.get("spec") or {}))
-                spec["nodeName"] = nodes[i % len(nodes)]
-                meta = {"name": name, "namespace": namespace,
-                        "labels": {**((template.get("metadata") or {}).get("labels") or {}), **labels},
-                        "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": obj["kind"],
-                                             "name": job, "uid": obj["metadata"]["uid"], "controller": True}]}
-                pods.append(self.create({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
-                                         "status": {"phase": "Pending"}}))
-                self.set_pod_phase(namespace, name, phase)
-            return pods
-
-    def set_pod_phase(self, namespace: str, pod: str, phase: str, *, exit_code: int | None = None,
-                      restart_count: int | None = None) -> None:
-        with self.lock:
-            obj = self.get("", "pods", namespace, pod)
-            state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
-            if phase == "Running":
-                state = {"running": {"startedAt": rfc3339(time.time())}}
-            elif phase in ("Succeeded", "Failed"):
-                state = {"terminated": {"exitCode": exit_code if exit_code is not None else int(phase == "Failed")}}
-            old = (obj["status"].get("containerStatuses") or [{}])[0]
-            restarts = old.get("restartCount", 0) if restart_count is None else restart_count
-            obj["status"] = {"phase": phase, "startTime": rfc3339(time.time()), "containerStatuses": [
-                {"name": c["name"], "restartCount": restarts, "state": state, "ready": phase == "Running"}
-                for c in obj["spec"]["containers"]]}
-            self._protect_claims()  # a pod that ended no longer holds its claims
-
-    def transition(self, namespace: str, job: str, ctype: str, *, reason: str = "", message: str = "",
-                   at: float | None = None) -> None:
-        """Set condition `ctype` True as the job's controller would, with start/completion times."""
-        with self.lock:
-            obj = self.find_job(namespace, job)
-            when = rfc3339(at if at is not None else time.time())
-            status = obj.setdefault("status", {})
-            conds = status.setdefault("conditions", [])
-            if ctype in _KUBEFLOW_EXCLUSIVE:
-                for c in conds:
-                    if c["type"] in _KUBEFLOW_EXCLUSIVE and c["type"] != ctype and c["status"] == "True":
-                        c.update(status="False", lastTransitionTime=when)
-            conds[:] = [c for c in conds if c["type"] != ctype]
-            conds.append({"type": ctype, "status": "True", "reason": reason or ctype, "message": message,
-                          "lastUpdateTime": when, "lastTransitionTime": when})
-            if ctype == "Running":
-                status.setdefault("startTime", when)
-            if ctype in ("Succeeded", "Complete", "Failed"):
-                status["completionTime"] = when
-
-    def append_log(self, namespace: str, pod: str, text: str, *, at: float | None = None, end: str = "\n") -> None:
-        """A write of the pod's container: `text`, then `end` (end='' writes part of a line, as a
-        progress bar does; the kubelet gives a stamp to the writes that start a line only)."""
-        with self.lock:
-            lines = self.logs.setdefault((namespace, pod), [])
-            starts = not lines or lines[-1][2].endswith("\n")
-            pod_obj = self.objects.get(("", "pods", namespace, pod))
-            # which instance of the container wrote it (its restart count then): `previous=true` reads the one before
-            lines.append((time.time() if at is None else at, text, end, starts, _restarts(pod_obj)))
-
-    def bind_volumes(self) -> None:
-        """The provisioner: every Pending PVC becomes Bound at its requested size."""
-        with self.lock:
-            for pvc in self.items("", "persistentvolumeclaims"):
-                if pvc["status"].get("phase") == "Pending":
-                    size = pvc["spec"]["resources"]["requests"]["storage"]
-                    pvc["status"] = {"phase": "Bound", "capacity": {"storage": size},
-                                     "accessModes": pvc["spec"]["accessModes"]}
-
-    def modify_volumes(self) -> None:
-        """The external-resizer with a CSI driver that implements ModifyVolume: every PVC's
-        VolumeAttributesClass takes effect (status.currentVolumeAttributesClassName), its
-        modifyVolumeStatus gone."""
-        with self.lock:
-            for pvc in self.items("", "persistentvolumeclaims"):
-                status = pvc.setdefault("status", {})
-                status.pop("modifyVolumeStatus", None)
-                target = pvc["spec"].get("volumeAttributesClassName")
-                if target is not None:
-                    status["currentVolumeAttributesClassName"] = target
-
-    def ready_snapshots(self) -> None:
-        """The snapshot controller: every snapshot of an existing PVC becomes readyToUse."""
-        with self.lock:
-            for snap in self.items("snapshot.storage.k8s.io", "volumesnapshots"):
-                ns, source = snap["metadata"]["namespace"], snap["spec"]["source"]["persistentVolumeClaimName"]
-                pvc = self.objects.get(("", "persistentvolumeclaims", ns, source))
-                if pvc is not None and not (snap.get("status") or {}).get("readyToUse"):
-                    snap["status"] = {"readyToUse": True, "creationTime": rfc3339(time.time()),
-                                      "restoreSize": pvc["spec"]["resources"]["requests"]["storage"],
-                                      "boundVolumeSnapshotContentName": f"snapcontent-{snap['metadata']['uid']}"}
-
-
-def _replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
-    """(pod name, controller labels, pod template) of each replica of a job object."""
-    name, kind, spec = obj["metadata"]["name"], obj["kind"], obj["spec"]
-    if kind == "Job":
-        yield f"{name}-{uuid.uuid4().hex[:5]}", {"batch.kubernetes.io/job-name": name}, spec["template"]
-    elif kind in ("PyTorchJob", "MPIJob"):
-        replica_specs = spec.get("pytorchReplicaSpecs") or spec.get("mpiReplicaSpecs")
-        for rtype in ("Master", "Launcher", "Worker"):
-            rs = replica_specs.get(rtype)
-            for i in range((rs or {}).get("replicas", 0)):
-                pod = f"{name}-launcher" if rtype == "Launcher" else f"{name}-{rtype.lower()}-{i}"
-                yield pod, {KF_JOB_NAME: name, KF_REPLICA_TYPE: rtype.lower(), KF_REPLICA_INDEX: str(i)}, rs["template"]
-    elif kind == "TrainJob":
-        yield from _trainjob_replicas(obj)
-    elif kind == "Notebook":  # the controller's StatefulSet pod carries the Notebook's labels
-        labels = dict(obj["metadata"].get("labels") or {})
-        yield f"{name}-0", {"statefulset": name, "notebook-name": name}, {"metadata": {"labels": labels},
-                                                                         "spec": spec["template"]["spec"]}
-
-
-def _trainjob_replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
-    name, trainer = obj["metadata"]["name"], obj["spec"]["trainer"]
-    patch = obj["spec"].get("runtimePatches", [{}])[0].get("trainingRuntimeSpec", {})
-    job = patch.get("template", {}).get("spec", {}).get("replicatedJobs", [{}])[0]
-    node = job.get("name", "node")
-    template = json.loads(json.dumps(job.get("template", {}).get("spec", {}).get("template", {})))
-    spec = template.setdefault("spec", {})
-    mounts = (spec.get("containers") or [{}])[0].get("volumeMounts", [])
-    spec["containers"] = [{"name": node, "image": trainer["image"], "command": trainer["command"],
-                           "resources": trainer.get("resourcesPerNode", {}), "volumeMounts": mounts}]
-    for i in range(trainer.get("numNodes", 1)):
-        labels = {JOB_COMPLETION_INDEX: str(i), "jobset.sigs.k8s.io/replicatedjob-name": node}
-        yield f"{name}-{node}-0-{i}-{uuid.uuid4().hex[:5]}", labels, template
-
-
-def _restarts(pod: dict | None) -> int:
-    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
-    return sum(cs.get("restartCount", 0) for cs in statuses)
