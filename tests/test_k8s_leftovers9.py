@@ -238,3 +238,82 @@ def test_a_dry_run_shows_dtrains_changed_rolebinding_as_submit_repairs_it(backen
     assert shown["roleRef"]["name"] == "dtrain-snapshotter" and shown["subjects"] == [EDITOR, WATCHER]
     validate(shown)
     assert [m for m, p in cluster.requests if "rolebindings" in p] == ["GET"]  # nothing sent
+
+
+# --------------------------------------------------------------- the fake API server as the real one
+
+
+def test_the_fake_applies_a_json_patch_to_arrays_as_rfc_6902_says(backend, cluster):
+    """Reproduced: `/subjects/-` (the append the RoleBinding warning names) was stored as a member named
+    '-', and an index into an array was refused."""
+    from dtrain.backends.kubernetes.client import ROLE_BINDING
+    from dtrain.errors import BackendError
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _binding(cluster, [EDITOR])
+    other = {"kind": "User", "name": "alice", "apiGroup": RBAC}
+    sent = backend.api.patch(ROLE_BINDING, NS, "dtrain-snapshotter", [
+        {"op": "add", "path": "/subjects/-", "value": WATCHER},  # appended
+        {"op": "add", "path": "/subjects/0", "value": other},  # inserted before the first
+        {"op": "replace", "path": "/subjects/1/name", "value": "editor"}])  # a member of an element
+    assert sent["subjects"] == [other, {**EDITOR, "name": "editor"}, WATCHER] == _bound(cluster)["subjects"]
+    backend.api.patch(ROLE_BINDING, NS, "dtrain-snapshotter", [{"op": "remove", "path": "/subjects/0"}])
+    assert _bound(cluster)["subjects"] == [{**EDITOR, "name": "editor"}, WATCHER]
+    for bad in ({"op": "add", "path": "/subjects/3", "value": other},  # past the end: only '-' appends
+                {"op": "remove", "path": "/subjects/-"}, {"op": "replace", "path": "/subjects/2", "value": other},
+                {"op": "add", "path": "/subjects/01", "value": other}):
+        with pytest.raises(BackendError, match="the cluster rejected the request to patch RoleBinding"):
+            backend.api.patch(ROLE_BINDING, NS, "dtrain-snapshotter", [bad])
+    assert _bound(cluster)["subjects"] == [{**EDITOR, "name": "editor"}, WATCHER]  # nothing applied
+
+
+@pytest.mark.parametrize("how", [dict(launcher="none"), dict(launcher="torchrun", processes=2),
+                                 dict(launcher="torchrun", processes=2, trainer="v2")],
+                         ids=["Job", "PyTorchJob", "TrainJob"])
+def test_the_fake_deletes_the_running_pods_of_a_suspended_job(make_backend, cluster, how):
+    """Reproduced: a suspended job's pods stayed Running, where its controller deletes them."""
+    how = dict(how)
+    trainer = {"trainer": how.pop("trainer")} if "trainer" in how else {}
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, **trainer))
+    backend.submit(spec(**how))
+    backend.submit(spec(name="other", **how))
+    cluster.run_pods(NS, "other")
+    others = {p["metadata"]["name"] for p in cluster.items("", "pods", NS)}
+    mine = [p["metadata"]["name"] for p in cluster.run_pods(NS, "train")]
+    cluster.set_pod_phase(NS, mine[0], "Succeeded")  # one that ended stays, as a finished pod does
+    if how["launcher"] == "none":  # a batch Job's one pod: another running beside the one that ended
+        mine += [p["metadata"]["name"] for p in cluster.run_pods(NS, "train")]
+    assert len(mine) > 1
+    backend.suspend("train")
+    assert {p["metadata"]["name"] for p in cluster.items("", "pods", NS)} == {*others, mine[0]}
+
+
+def test_the_fake_terminates_a_deleted_namespace_with_what_it_holds(backend, cluster):
+    """Reproduced: a namespace DELETE left its objects behind, listed and readable, in no namespace."""
+    from dtrain.backends.kubernetes.client import NAMESPACE, POD, SERVICE_ACCOUNT
+    from dtrain.spec import parse_pvc
+
+    backend.submit(spec(volumes=(parse_pvc("fast:1Gi:/mnt"),)))
+    cluster.bind_volumes()
+    cluster.run_pods(NS, "train")
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "elsewhere"}})
+    kept = cluster.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa",
+                                                                                     "namespace": "elsewhere"}})
+    answer = backend.api.delete(NAMESPACE, None, NS)
+    assert answer["status"]["phase"] == "Terminating" and answer["metadata"]["deletionTimestamp"]
+    assert [k for k in cluster.objects if k[2] == NS] == [] and backend.api.list(POD, NS) == []
+    assert ("", "namespaces", "", NS) not in cluster.objects  # emptied, it goes
+    assert cluster.get("", "serviceaccounts", "elsewhere", "sa") == kept
+    # an object whose finalizer stays holds its namespace Terminating, and nothing new may be made there
+    cluster.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                    "metadata": {"name": "held", "namespace": "elsewhere", "finalizers": ["example.com/hold"]}})
+    backend.api.delete(NAMESPACE, None, "elsewhere")
+    assert cluster.get("", "namespaces", "", "elsewhere")["status"]["phase"] == "Terminating"
+    assert cluster.get("", "serviceaccounts", "elsewhere", "held")["metadata"]["deletionTimestamp"]
+    with pytest.raises(Forbidden, match='serviceaccounts "new" is forbidden: unable to create new content in '
+                                        'namespace elsewhere because it is being terminated'):
+        backend.api.create({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "new", "namespace": "elsewhere"}}, SERVICE_ACCOUNT)
+    cluster.get("", "serviceaccounts", "elsewhere", "held")["metadata"]["finalizers"] = []  # its owner lets go
+    cluster.finish_deletions()
+    assert [k for k in cluster.objects if "elsewhere" in k] == []

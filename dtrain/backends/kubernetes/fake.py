@@ -11,7 +11,10 @@ module serves them, and tests import every name from it.
 Not a conformance fake: no admission, no schema validation (the render tests check schemas),
 no watches; a followed log ends when its pod ends, or when its client has gone while it is idle
 (`FakeCluster.streams` counts those being sent); PATCH takes a JSON Patch (a list: add, replace,
-remove) or a merge patch (a mapping).
+remove, on members and array elements, `/-` appending, as RFC 6902 says) or a merge patch (a mapping).
+Where dtrain relies on a controller's move right after a write, the fake makes it then: a suspended job's
+(or stopped Notebook's) running pods go; a deleted namespace is Terminating, its objects are deleted and
+it goes once empty (one with a finalizer left holds it; nothing new may be created there meanwhile).
 Faults are injected with `FakeCluster.fail`: an error status for matching requests, or a dropped
 connection. `exec` speaks the API server's websocket channel protocol once `FakeCluster.on_exec`
 says what a command writes (without it, the upgrade is answered as a proxy that drops it would).

@@ -123,13 +123,16 @@ class FakeCluster(FakeControllers):
             self.logs.pop((key[2], key[3]), None)
 
     def finish_deletions(self) -> None:
-        """Let foreground deletions complete: objects marked deleted go, with their dependents."""
+        """Let foreground deletions complete: objects marked deleted go, with their dependents (those whose
+        last finalizer a test removed too), and a namespace being terminated goes once nothing is left in it."""
         with self.lock:
-            for key in [k for k, o in self.objects.items() if o["metadata"].get("deletionTimestamp")
-                        and "foregroundDeletion" in (o["metadata"].get("finalizers") or [])]:
+            for key in [k for k, o in self.objects.items() if o["metadata"].get("deletionTimestamp") and (
+                        "foregroundDeletion" in (o["metadata"].get("finalizers") or [])
+                        or not o["metadata"].get("finalizers"))]:  # (a test removed the last finalizer)
                 if key in self.objects:
                     self._remove(key)
             self._protect_claims()
+            self._empty_namespaces()
 
     def fail(self, method: str, path: str, status: int, message: str = "", *, carried_out: bool = False) -> None:
         """Answer every later `method` request ('*': any) whose path holds `path` with `status` and
@@ -234,6 +237,11 @@ class FakeCluster(FakeControllers):
             if ("", "namespaces", "", namespace) not in self.objects:
                 return _status(404, "NotFound", f'namespaces "{namespace}" not found',
                                {"name": namespace, "kind": "namespaces"})
+            if self.objects[("", "namespaces", "", namespace)]["metadata"].get("deletionTimestamp"):
+                name = (obj.get("metadata") or {}).get("name", "")  # the NamespaceLifecycle admission plugin
+                return _status(403, "Forbidden", f'{plural}{"." + group if group else ""} "{name}" is forbidden: '
+                                                 f'unable to create new content in namespace {namespace} because it '
+                                                 f'is being terminated', {"name": name, "group": group, "kind": plural})
             obj.setdefault("metadata", {})["namespace"] = namespace
         try:
             return 201, json.dumps(self.create(obj)).encode()
@@ -254,7 +262,9 @@ class FakeCluster(FakeControllers):
         meta["resourceVersion"] = str(next(self._rv))
         obj.setdefault("status", old.get("status", {}))
         self.objects[key] = obj
-        return 200, json.dumps(obj).encode()
+        answer = json.dumps(obj).encode()  # as stored: the controllers act after the answer
+        self._stop_suspended(obj)
+        return 200, answer
 
     def _patch(self, group, plural, namespace, name, patch) -> tuple[int, bytes]:
         key = (group, plural, namespace or "", name)
@@ -266,7 +276,9 @@ class FakeCluster(FakeControllers):
             return _status(422, "Invalid", f"the patch cannot be applied: {err}")
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
         self.objects[key] = obj
-        return 200, json.dumps(obj).encode()
+        answer = json.dumps(obj).encode()
+        self._stop_suspended(obj)
+        return 200, answer
 
     def _delete(self, group, plural, namespace, name, options) -> tuple[int, bytes]:
         key = (group, plural, namespace or "", name)
@@ -274,6 +286,12 @@ class FakeCluster(FakeControllers):
         if obj is None:
             return _not_found(group, plural, name)
         meta = obj["metadata"]
+        if obj["kind"] == "Namespace":  # Terminating, its content deleted, then gone (the namespace controller)
+            meta.setdefault("deletionTimestamp", rfc3339(time.time()))
+            obj["status"] = {**(obj.get("status") or {}), "phase": "Terminating"}
+            answer = json.dumps(obj).encode()
+            self._terminate(name)
+            return 200, answer
         if options.get("propagationPolicy") == "Foreground":
             meta["finalizers"] = [*(meta.get("finalizers") or []), "foregroundDeletion"]
         if meta.get("finalizers"):  # marked deleted, kept until its finalizers are removed

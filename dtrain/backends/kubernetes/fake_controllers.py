@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .fake_wire import rfc3339
-from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
+from .objects import ANN_NOTEBOOK_STOPPED, JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
 
 if TYPE_CHECKING:
     import threading
@@ -36,6 +36,47 @@ class FakeControllers:
         def items(self, group: str, plural: str, namespace: str | None = None) -> list[dict]: ...
 
         def _protect_claims(self) -> None: ...
+
+        def _remove(self, key: tuple[str, str, str, str]) -> None: ...
+
+    def _stop_suspended(self, job: dict) -> None:
+        """The job controllers on a job suspended (a batch Job's or TrainJob's spec.suspend, the Training
+        Operator's runPolicy.suspend) and Kubeflow's notebook controller on a stopped Notebook: the pods it
+        owns that have not ended are deleted (the fake gives them no grace period)."""
+        spec, meta = job.get("spec") or {}, job["metadata"]
+        suspended = {"Job": spec.get("suspend"), "TrainJob": spec.get("suspend"),
+                     "PyTorchJob": (spec.get("runPolicy") or {}).get("suspend"),
+                     "MPIJob": (spec.get("runPolicy") or {}).get("suspend"),
+                     "Notebook": ANN_NOTEBOOK_STOPPED in (meta.get("annotations") or {})}.get(job["kind"])
+        if not suspended:
+            return
+        for key, pod in list(self.objects.items()):
+            if (key[:3] == ("", "pods", meta.get("namespace", "")) and key in self.objects
+                    and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                    and any(o.get("uid") == meta["uid"] for o in pod["metadata"].get("ownerReferences") or [])):
+                self._remove(key)
+        self._protect_claims()
+
+    def _terminate(self, namespace: str) -> None:
+        """The namespace controller on a namespace marked deleted: every object in it is deleted (one with
+        finalizers is marked, and stays until they are removed); the namespace goes once it is empty."""
+        for key in [k for k in self.objects if k[2] == namespace]:
+            obj = self.objects.get(key)
+            if obj is None:
+                continue  # gone with its owner
+            if obj["metadata"].get("finalizers"):
+                obj["metadata"].setdefault("deletionTimestamp", rfc3339(time.time()))
+            else:
+                self._remove(key)
+        self._protect_claims()  # its pods gone: its claims go too
+        self._empty_namespaces()
+
+    def _empty_namespaces(self) -> None:
+        """Namespaces being terminated that hold nothing any more go."""
+        for ns in [k[3] for k, o in self.objects.items() if k[:2] == ("", "namespaces")
+                   and o["metadata"].get("deletionTimestamp")]:
+            if not any(k[2] == ns for k in self.objects):
+                self.objects.pop(("", "namespaces", "", ns))
 
 
     def add_node(self, name: str, *, gpus: int = 0, cpu: str = "16", memory: str = "64Gi") -> dict:

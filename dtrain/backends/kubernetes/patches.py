@@ -7,8 +7,8 @@ import json
 
 
 def apply_patch(obj: dict, patch: list | dict) -> dict:
-    """A copy of `obj` with a JSON Patch (add, replace, remove on object members) or a JSON merge
-    patch applied, as the API server would for those content types."""
+    """A copy of `obj` with a JSON Patch (add, replace, remove on object members and array elements, an
+    add at `/-` appending) or a JSON merge patch applied, as the API server would for those content types."""
     out = json.loads(json.dumps(obj))
     if isinstance(patch, dict):
         def merge(target: dict, change: dict) -> None:
@@ -25,8 +25,18 @@ def apply_patch(obj: dict, patch: list | dict) -> dict:
         *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
         where = out
         for part in parents:
-            where = where[part]
-        if op["op"] in ("add", "replace"):
+            where = where[_index(where, part)] if isinstance(where, list) else where[part]
+        if isinstance(where, list):  # RFC 6902 4.1: add inserts at an index, '-' appends; others need one there
+            at = len(where) if last == "-" and op["op"] == "add" else _index(where, last, room=op["op"] == "add")
+            if op["op"] == "add":
+                where.insert(at, op["value"])
+            elif op["op"] == "replace":
+                where[at] = op["value"]
+            elif op["op"] == "remove":
+                del where[at]
+            else:
+                raise ValueError(f"unsupported op {op['op']!r}")
+        elif op["op"] in ("add", "replace"):
             if op["op"] == "replace" and last not in where:
                 raise KeyError(f"{op['path']} does not exist")
             where[last] = op["value"]
@@ -35,3 +45,13 @@ def apply_patch(obj: dict, patch: list | dict) -> dict:
         else:
             raise ValueError(f"unsupported op {op['op']!r}")
     return out
+
+
+def _index(array: list, token: str, *, room: bool = False) -> int:
+    """An array index of a JSON Pointer (RFC 6901: digits, no leading zero) that is in `array`, or one
+    past its end where `room` (an add there appends)."""
+    if not token.isdigit() or (token != "0" and token.startswith("0")):
+        raise IndexError(f"{token!r} is not an array index")
+    if int(token) > len(array) - (not room):
+        raise IndexError(f"index {token} is out of range of an array of {len(array)}")
+    return int(token)
