@@ -17,7 +17,8 @@ Translation is pure (render.py, render_storage.py, status.py, logs.py); this mod
 dicts through client.KubeApi and keeps the rules: volumes before the job, a name clash is a
 ConflictError, a missing CRD names the operator to install, a deleted job reads Deleted while
 its pods go. `wait` is the base class's. The verbs live in mixins of KubernetesBackend, one module
-each: submit and its checks (submit.py), reading and changing jobs (jobs.py), projects
+each: submit and its checks (submit.py), the snapshot watcher's account, Role and RoleBinding that
+submit makes or repairs (watcher_rbac.py), reading and changing jobs (jobs.py), projects
 (projects.py), nodes (nodes.py), the verbs that reach into pods, logs and exec (pod_verbs.py), and
 those of volumes and snapshots (volumes.py).
 """
@@ -38,11 +39,13 @@ from .pod_verbs import PodVerbs
 from .projects import ProjectVerbs
 from .submit import SubmitVerbs
 from .volumes import VolumeVerbs
+from .watcher_rbac import WatcherRbacVerbs
 
 
 # The mixins of this package come before PodVerbs and VolumeVerbs, whose stubs (`...`) of the
 # methods they use would otherwise shadow them.
-class KubernetesBackend(SubmitVerbs, JobVerbs, ProjectVerbs, NodeVerbs, PodVerbs, VolumeVerbs, Backend):
+class KubernetesBackend(SubmitVerbs, WatcherRbacVerbs, JobVerbs, ProjectVerbs, NodeVerbs, PodVerbs, VolumeVerbs,
+                        Backend):
     """dtrain's backend for a Kubernetes cluster with the Kubeflow Training Operator."""
 
     name = "kubernetes"
