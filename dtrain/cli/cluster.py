@@ -51,10 +51,16 @@ def cmd_project(args, client: Client) -> int:
         print(json.dumps([p.to_dict() for p in projects], indent=2))
         return 0
     default = client.default_project
-    rows = [[p.name + (" (default)" if p.name == default else ""),
+    rows = [[p.name + _marks(p, default),
              "-" if p.gpu_quota is None else p.gpu_quota, p.gpus_allocated, p.jobs] for p in projects]
     print(fmt.table(["PROJECT", "GPU QUOTA", "GPUs ALLOCATED", "JOBS"], rows))
     return 0
+
+
+def _marks(project, default: str) -> str:
+    """A project's marks in the table: ' (default)', ' (Terminating)' while Kubernetes deletes its namespace."""
+    marks = [m for m in ("default" if project.name == default else "", project.extra.get("status", "")) if m]
+    return f" ({', '.join(marks)})" if marks else ""
 
 
 def cmd_nodes(args, client: Client) -> int:

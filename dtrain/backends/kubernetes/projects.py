@@ -39,6 +39,8 @@ class ProjectVerbs:
 
         def cmd(self, words: str) -> str: ...
 
+        def _namespace_going(self, namespace: str, project: str) -> ConflictError: ...
+
     def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
         """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests
         (removed with `no_gpu_quota`)."""
@@ -54,8 +56,12 @@ class ProjectVerbs:
                                     f"namespace (unset namespace)")
         try:
             self.api.create(render_namespace(namespace, name, self.config), NAMESPACE)
-        except ConflictError:
-            pass  # an existing project: only its quota changes
+        except ConflictError:  # an existing project: only its quota changes; one being deleted is refused
+            found = None
+            with contextlib.suppress(DtrainError):  # not readable: as before (a quota's create then says why)
+                found = self._try_read(NAMESPACE, None, namespace)
+            if ((found or {}).get("metadata") or {}).get("deletionTimestamp"):
+                raise self._namespace_going(namespace, name) from None
         if no_gpu_quota:
             with contextlib.suppress(NotFoundError):  # none to remove
                 self.api.delete(RESOURCE_QUOTA, namespace, QUOTA_NAME)
@@ -174,8 +180,8 @@ class ProjectVerbs:
         jobs' requests, the quota unknown, `extra['unknown']` saying so, and a notice for each
         ("quota-unknown", "gpus-unknown") that the CLI prints and the HTTP API sends as a Warning."""
         out, notices, first = [], [], None
-        spaces = self._project_namespaces()
-        for project, namespace in spaces:
+        spaces = self._project_spaces()
+        for project, namespace, going in spaces:
             try:
                 objects = self._job_objects(namespace)
             except Forbidden as err:  # a namespace this account may not read: the others are listed
@@ -185,7 +191,7 @@ class ProjectVerbs:
                 notices.append(Notice(code="projects-unlisted",
                                       message=f"project {project} (namespace {namespace}) not listed: {err}"))
                 continue
-            info, said = self._project_read(project, namespace, objects)
+            info, said = self._project_read(project, namespace, objects, going=going)
             out.append(info)
             notices += said
         if first is not None and not out:
@@ -211,13 +217,15 @@ class ProjectVerbs:
             objects = self._job_objects(namespace)
         except Forbidden:
             return Listed([])
-        info, notices = self._project_read(name, namespace, objects)
+        going = bool((found.get("metadata") or {}).get("deletionTimestamp"))
+        info, notices = self._project_read(name, namespace, objects, going=going)
         return Listed([info], notices)
 
-    def _project_read(self, project: str, namespace: str, objects: list[tuple[Resource, dict]]
+    def _project_read(self, project: str, namespace: str, objects: list[tuple[Resource, dict]], *, going: bool = False
                       ) -> tuple[ProjectInfo, list[Notice]]:
         """The record of `project` from its job `objects`, its quota and its pods, and the notices of
-        what this account may not read of them."""
+        what this account may not read of them. `going`: its namespace is being deleted, `extra['status']`
+        'Terminating' (kubectl's word), until it is gone."""
         unknown: list[tuple[str, str]] = []
         try:
             quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
@@ -231,7 +239,7 @@ class ProjectVerbs:
             infos = [job_info(resource.kind, obj, None) for resource, obj in objects]
             gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
             unknown.append(("gpus-unknown", f"GPUs allocated counted from the running jobs' requests: {err}"))
-        extra: dict[str, Any] = {"namespace": namespace}
+        extra: dict[str, Any] = {"namespace": namespace, **({"status": "Terminating"} if going else {})}
         # a job being deleted is no longer the project's (`list` hides it too), as locally
         jobs = sum(not obj["metadata"].get("deletionTimestamp") for _, obj in objects)
         if unknown:
@@ -249,14 +257,18 @@ class ProjectVerbs:
             found = self._try_read(NAMESPACE, None, namespace)
         except Forbidden:  # an account that may not read namespaces: those it may list or is set up for
             return name in {project for project, _ in self._project_namespaces()}
-        if found is None:
+        if found is None or found["metadata"].get("deletionTimestamp"):  # being deleted: create refuses it
             return False
         return ((found["metadata"].get("labels") or {}).get(LABEL_PROJECT, found["metadata"]["name"])) == name
 
     def _project_namespaces(self) -> list[tuple[str, str]]:
-        """(project, namespace) of every project this account may see; for an account that may not list
-        namespaces, each project config.yaml sends here (`projects`) whose namespace it does not know
-        to be missing."""
+        """(project, namespace) of every project this account may see (_project_spaces)."""
+        return [(project, namespace) for project, namespace, _ in self._project_spaces()]
+
+    def _project_spaces(self) -> list[tuple[str, str, bool]]:
+        """(project, namespace, whether it is being deleted) of every project this account may see; for an
+        account that may not list namespaces, each project config.yaml sends here (`projects`) whose
+        namespace it does not know to be missing."""
         try:
             namespaces = self.api.list(NAMESPACE, None, label_selector=LABEL_PROJECT)
         except Forbidden:  # a namespace-scoped account sees the projects it is set up for
@@ -271,7 +283,7 @@ class ProjectVerbs:
                     out.setdefault(namespace, found)
             namespaces = list(out.values())
         return [((ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, ns["metadata"]["name"]),
-                 ns["metadata"]["name"]) for ns in namespaces]
+                 ns["metadata"]["name"], bool(ns["metadata"].get("deletionTimestamp"))) for ns in namespaces]
 
 
 

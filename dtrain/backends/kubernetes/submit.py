@@ -216,9 +216,11 @@ class SubmitVerbs:
                                    "trainer: v1")
 
     def _namespace_missing(self, namespace: str, project: str) -> bool:
-        """Whether submit must make the namespace (a read only); refused where it may not."""
+        """Whether submit must make the namespace (a read only); refused where it may not, and where it
+        is being deleted (the API server would refuse each create with a 403)."""
         try:
-            self.api.read(NAMESPACE, None, namespace)
+            if (self.api.read(NAMESPACE, None, namespace).get("metadata") or {}).get("deletionTimestamp"):
+                raise self._namespace_going(namespace, project)
             return False
         except Missing:
             if not self.config.create_namespace:
@@ -312,6 +314,13 @@ class SubmitVerbs:
             if resource.install_hint and not isinstance(err, Unauthenticated):
                 raise Forbidden(f"{err}; if {resource.full_name} is not installed: {resource.install_hint}") from None
             raise
+
+    def _namespace_going(self, namespace: str, project: str) -> ConflictError:
+        """The refusal of a namespace being deleted (Terminating), whose API server refuses new content."""
+        return ConflictError(f"namespace {namespace} is being deleted (Terminating: Kubernetes deletes what it holds, "
+                             f"then the namespace, and refuses anything new in it meanwhile): wait until it is gone "
+                             f"('dtrain project list' no longer shows project {project}), then "
+                             f"{self._namespace_fix(namespace, project)}; or use another project")
 
     def _namespace_fix(self, namespace: str, project: str) -> str:
         if self.config.namespace:  # every project's: an admin's to make
