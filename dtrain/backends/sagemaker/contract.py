@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import sys
 from dataclasses import dataclass
 from typing import Any
