@@ -656,6 +656,27 @@ def test_on_sagemaker_the_checkpoint_lock_names_what_the_user_can_change_there(m
     assert _written_folders(cfg)[1].fix == "give this run another hyperparameter checkpoint-dir (--hp checkpoint-dir=PATH)"
 
 
+def test_a_local_jobs_checkpoint_local_path_is_the_folder_its_checkpoint_uri_shares(monkeypatch, tmp_path):
+    """A --local job given --checkpoint-local-path /mnt/ckpt sees its checkpoint URI's folder, which every local job
+    given that URI shares, there: the refusal there said 'start one training per SageMaker job', as if the folder
+    were the job's own, since only /opt/ml/checkpoints was taken for the shared one. Its /opt/ml/checkpoints is
+    then the host's own folder."""
+    from dtrain.workloads.cifar10.outputs import _written_folders
+
+    opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
+    mine = tmp_path / "mnt" / "ckpt"
+    mine.mkdir(parents=True)
+    (opt_ml / "input/config/checkpointconfig.json").write_text(json.dumps({"LocalPath": str(mine),
+                                                                           "S3Uri": "s3://b/ckpt"}))
+    monkeypatch.setenv("TRAINING_JOB_ARN", contract.job_arn("cifar"))  # a --local job's, as its runner sets it
+    argv = ["--device", "cpu", "--metrics-file", str(tmp_path / "own.jsonl"), *SMALL]
+    assert parse_args(argv).checkpoint_dir == str(mine)
+    assert _written_folders(parse_args(argv))[1].fix == ("give this run another --checkpoint-s3-uri (local jobs "
+                                                         "given one share its folder)")
+    own = parse_args([*argv, "--checkpoint-dir", str(opt_ml / "checkpoints")])
+    assert _written_folders(own)[1].fix.startswith("start one training per SageMaker job")
+
+
 class _Writes:
     """A stderr that keeps each write() apart, as a pipe sees them."""
 

@@ -78,11 +78,13 @@ def own_folder_fix(folder: Path, what: str) -> str | None:
     """The fix a refusal at `folder` names where rank 0 locks the folder itself in a SageMaker container (None
     elsewhere: the caller names its flag). The container is alone on its host, so the other training is one this
     job started: 'give this run another --checkpoint-s3-uri' sent the user to a setting that changes nothing
-    there. Only a --local job's /opt/ml/checkpoints is the folder of its checkpoint URI on this machine, which
-    every local job given that URI shares: there another --checkpoint-s3-uri is the fix."""
+    there. Only a --local job's checkpoint folder (its CheckpointConfig's LocalPath, /opt/ml/checkpoints by
+    default) is the folder of its checkpoint URI on this machine, which every local job given that URI shares:
+    there another --checkpoint-s3-uri is the fix."""
     if not on_sagemaker() or not locks_the_folder(folder):
         return None
-    if os.environ.get("TRAINING_JOB_ARN", "").startswith(LOCAL_ARN) and _within(folder, OPT_ML / "checkpoints"):
+    shared = checkpoint_local_path() or OPT_ML / "checkpoints"
+    if os.environ.get("TRAINING_JOB_ARN", "").startswith(LOCAL_ARN) and _within(folder, shared):
         return "give this run another --checkpoint-s3-uri (local jobs given one share its folder)"
     return f"start one training per SageMaker job (each job's {what} is its own: the other training is one this job started)"
 
