@@ -91,6 +91,40 @@ def test_a_second_local_job_given_a_running_jobs_checkpoint_uri_is_refused(tmp_p
     assert not list((tmp_path / "s3").rglob("*.training.lock"))  # no object of the local S3
 
 
+@pytest.mark.parametrize("where", ["s3", "file"])
+@pytest.mark.parametrize("running", ["outer", "inner"])
+def test_a_local_job_given_a_uri_nested_with_a_running_jobs_is_refused(tmp_path, where, running):
+    """Only the very same URI was caught: a job given s3://bucket/shared/ckpt/j2 while another wrote
+    s3://bucket/shared/ckpt (or the reverse) ran, and the two wrote into one folder. A sibling URI, or one whose
+    name only begins with the other's (ckpt2), is a folder of its own."""
+    base = "s3://bucket/shared/ckpt" if where == "s3" else f"file://{tmp_path / 'nfs' / 'ckpt'}"
+    outer, inner = base, base + "/j2"
+    first, second = (outer, inner) if running == "outer" else (inner, outer)
+    _job(tmp_path, "j1", checkpoint={"S3Uri": first})
+    _job(tmp_path, "j2", checkpoint={"S3Uri": second})
+    _job(tmp_path, "j3", checkpoint={"S3Uri": base + "2"})
+    _job(tmp_path, "j4", checkpoint={"S3Uri": outer + "/j4"})  # within the outer: only given while it is free
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "j1"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        with pytest.raises(CheckpointsInUse) as refused:
+            Runner(tmp_path, "j2").prepare()
+        how = (f"lies within the one the local job j1 writes its checkpoints to: wait for it to end, or give this job "
+               f"a --checkpoint-s3-uri outside it") if running == "outer" else (
+               f"holds the one the local job j1 writes its checkpoints to: wait for it to end, or give this job a "
+               f"--checkpoint-s3-uri that does not hold it")
+        assert str(refused.value) == f"the checkpoint folder of {second} {how}"
+        assert not (tmp_path / "jobs" / "j2" / "hosts").exists()
+        Runner(tmp_path, "j3").prepare()  # ckpt2: not within ckpt
+        if running == "inner":
+            Runner(tmp_path, "j4").prepare()  # a sibling of the running job's folder
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    Runner(tmp_path, "j2").prepare()  # the first job has ended: its lock went with it
+
+
 def test_the_runner_fails_the_second_job_with_the_refusal_as_its_reason(tmp_path):
     """The refusal is the job's FailureReason, one line, as `dtrain status` shows it."""
     for name in ("j1", "j2"):

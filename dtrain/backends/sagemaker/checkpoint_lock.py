@@ -7,6 +7,8 @@ checkpoints. SageMaker gives each job its instances' own checkpoint folder and s
 folder is shared, so the runner holds a lock on one file that every job given the folder takes: a POSIX
 lock (lockf), which NFS servers keep (NLM, NFSv4), on a regular file opened for writing, never through a
 link. It goes with the runner however it ends. The file records the holder, for the refusal to name it.
+A folder within another's (one URI a prefix of the other) is shared too: a job is refused while a running job
+holds a folder holding its own or one within it (in_use, also asked at submit).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import fcntl
 import json
 import os
 import socket
+import struct
 from pathlib import Path
 
 from dtrain.replace import open_in
@@ -33,10 +36,19 @@ def lock_path(folder: Path, s3_root: Path) -> Path:
     """The file locked for `folder`: beside it, named after it (.NAME.training.lock), so every job given the
     folder, from any home or machine that mounts it, takes the same one; for a folder of the local S3, the
     same place under LOCKS beside that S3 folder, where no bucket shows it."""
+    return _beside(_keyed(folder, s3_root))
+
+
+def _keyed(folder: Path, s3_root: Path) -> Path:
+    """The folder whose lock file lies beside it: `folder`, or its place under LOCKS for a folder of the local S3."""
     folder = Path(os.path.abspath(folder))
     s3_root = Path(os.path.abspath(s3_root))
     if folder == s3_root or s3_root in folder.parents:
         folder = s3_root.parent / LOCKS / folder.relative_to(s3_root)
+    return folder
+
+
+def _beside(folder: Path) -> Path:
     return folder.parent / f".{folder.name or 'root'}{LOCK_SUFFIX}"
 
 
@@ -60,9 +72,10 @@ def hold(folder: Path, s3_root: Path, uri: str, job: str) -> int | None:
         os.close(fd)
         if e.errno not in (errno.EAGAIN, errno.EACCES):
             raise
-        raise CheckpointsInUse(
-            f"the checkpoint folder of {uri} is in use by {holder}, which writes its checkpoints "
-            f"there: wait for it to end, or give this job another --checkpoint-s3-uri") from None
+        raise CheckpointsInUse(_same(uri, holder)) from None
+    if why := _nested(folder, s3_root, uri):  # taken first, then looked at: of two starting at once, one sees the other
+        os.close(fd)
+        raise CheckpointsInUse(why)
     record = json.dumps({"job": job, "host": socket.gethostname(), "pid": os.getpid()}).encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, record, 0)
@@ -81,3 +94,52 @@ def _holder(fd: int) -> str:
         return "another local job"
     host = record.get("host")
     return f"the local job {job}" + (f" (on {host})" if isinstance(host, str) and host != socket.gethostname() else "")
+
+
+def _same(uri: str, holder: str) -> str:
+    return (f"the checkpoint folder of {uri} is in use by {holder}, which writes its checkpoints there: wait for it "
+            f"to end, or give this job another --checkpoint-s3-uri")
+
+
+def in_use(folder: Path, s3_root: Path, uri: str) -> str | None:
+    """The one-line refusal hold would give a job given `folder` now (a running job holds it, a folder holding it
+    or one within it), None where none does; nothing is taken (submit asks before the runner starts)."""
+    if (holder := _held(lock_path(folder, s3_root))) is not None:
+        return _same(uri, holder)
+    return _nested(folder, s3_root, uri)
+
+
+def _nested(folder: Path, s3_root: Path, uri: str) -> str | None:
+    """The refusal where a running job holds a folder that holds `folder` or lies within it, naming that job."""
+    key, locks = _keyed(folder, s3_root), _keyed(s3_root, s3_root)
+    for above in key.parents:
+        if above == locks:  # the local S3's folders end at its buckets
+            break
+        if (holder := _held(_beside(above))) is not None:
+            return (f"the checkpoint folder of {uri} lies within the one {holder} writes its checkpoints to: wait "
+                    f"for it to end, or give this job a --checkpoint-s3-uri outside it")
+    for here, _, files in os.walk(key):  # links are not followed
+        for name in sorted(files):
+            if name.startswith(".") and name.endswith(LOCK_SUFFIX) and \
+                    (holder := _held(Path(here) / name)) is not None:
+                return (f"the checkpoint folder of {uri} holds the one {holder} writes its checkpoints to: wait "
+                        f"for it to end, or give this job a --checkpoint-s3-uri that does not hold it")
+    return None
+
+
+_FLOCK = "hhqqi4x"  # Linux's struct flock: l_type, l_whence, l_start, l_len, l_pid
+
+
+def _held(path: Path) -> str | None:
+    """The job holding the lock file at `path` (_holder), None where none does or there is no file. Asked with
+    F_GETLK, which takes nothing: a probe that took the lock would refuse a job starting at that moment."""
+    fd = open_in(path.parent, path.name, os.O_RDONLY | os.O_CLOEXEC)
+    if fd is None:
+        return None
+    try:
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        return None if struct.unpack(_FLOCK, got)[0] == fcntl.F_UNLCK else _holder(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
