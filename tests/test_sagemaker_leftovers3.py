@@ -125,6 +125,47 @@ def test_a_local_job_given_a_uri_nested_with_a_running_jobs_is_refused(tmp_path,
     Runner(tmp_path, "j2").prepare()  # the first job has ended: its lock went with it
 
 
+def test_submit_refuses_a_local_job_given_a_running_jobs_checkpoint_uri_in_one_line(home, dt, tmp_path):
+    """create_training_job did not ask the lock: the second job was made, and only failed once its runner started
+    (a FailureReason). Submit (the SDK's, the CLI's) refuses it at once now, nothing made, and so does
+    create_training_job itself; the runner asks again (two submits at once)."""
+    from dtrain import Client
+    from dtrain.errors import ConflictError
+    from dtrain.spec import JobSpec
+
+    root = home / "sagemaker-local"
+    uri = "s3://bucket/shared/ckpt"
+    _job(root, "j1", checkpoint={"S3Uri": uri})
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("pass\n")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), "j1"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    line = ("the checkpoint folder of {} is in use by the local job j1, which writes its checkpoints there: wait for "
+            "it to end, or give this job another --checkpoint-s3-uri")
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        for given in (uri, uri + "/"):
+            with pytest.raises(ConflictError) as refused:
+                Client(home=home, backend="sagemaker").submit(JobSpec(
+                    name="j2", command=["python", "train.py"], backend="sagemaker",
+                    sagemaker={"local": True, "checkpoint_uri": given, "source_dir": str(tmp_path / "code")}))
+            assert str(refused.value) == line.format(given)
+        said = dt("submit", "j2", "--local", "--checkpoint-s3-uri", uri + "/sub", "--source-dir",
+                  str(tmp_path / "code"), "--", "python", "train.py", check=False)
+        assert said.returncode != 0 and said.stderr == (
+            f"dtrain: error: the checkpoint folder of {uri}/sub lies within the one the local job j1 writes its "
+            f"checkpoints to: wait for it to end, or give this job a --checkpoint-s3-uri outside it\n"), said.stderr
+        assert not (root / "jobs" / "j2").exists()  # nothing made, not even its folder
+        req = dict(_job(tmp_path / "other", "j2", checkpoint={"S3Uri": uri}), TrainingJobName="j2")
+        with pytest.raises(LocalAWSError) as refused:
+            LocalSageMaker(root).create_training_job(**req)
+        assert refused.value.response["Error"]["Message"] == line.format(uri)
+        assert not (root / "jobs" / "j2").exists()
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+
+
 def test_the_runner_fails_the_second_job_with_the_refusal_as_its_reason(tmp_path):
     """The refusal is the job's FailureReason, one line, as `dtrain status` shows it."""
     for name in ("j1", "j2"):

@@ -39,7 +39,8 @@ class SubmitChecks:
         if spec.sagemaker is not None and spec.sagemaker.local:
             free = [(f"job name {name!r} free", lambda: self._check_free(self.local, name))] \
                 if self.home is not None or self._local is not None else []
-            return [*free, ("channels on this machine", lambda: self._check_local_channels(req))]
+            return [*free, ("channels on this machine", lambda: self._check_local_channels(req)),
+                    ("checkpoint URI free", lambda: self._check_local_checkpoints(req))]
 
         def not_local() -> None:
             if self._has_local(name):
@@ -123,6 +124,13 @@ class SubmitChecks:
                     raise SpecError(f"channel {name}={uri}: a --local job reads s3:// from the local S3 folder, and "
                                     f"{path} does not exist: put the data there, or pass the folder that holds it "
                                     f"(--channel {name}=file:///PATH)")
+
+    def _check_local_checkpoints(self, req: dict) -> None:
+        """No running --local job holds the checkpoint folder (its URI's, one holding it or one within it): refused
+        here in one line, where the job's runner would fail it as it starts."""
+        if self.home is not None or self._local is not None:
+            if why := self.local.sagemaker.checkpoints_in_use(req):
+                raise ConflictError(why)
 
     @staticmethod
     def _check_channel(clients: Clients, name: str, uri: str, *, dry: bool = False) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.replace import replace_file, replacing
 from dtrain.backends.sagemaker.clients import Clients
-from dtrain.backends.sagemaker import contract
+from dtrain.backends.sagemaker import checkpoint_lock, contract
 from dtrain.backends.sagemaker.contract import job_arn
 
 ROOT = "sagemaker-local"
@@ -125,6 +125,14 @@ def private_dirs(paths: list[str]) -> list[str]:
     return argv
 
 
+def uri_folder(uri: str, s3: LocalS3) -> Path:
+    """Where a file:// or s3:// URI's data is on this machine; no link a job left is followed in the S3 folder."""
+    if uri.startswith("s3://"):
+        bucket, _, key = uri[len("s3://"):].partition("/")
+        return s3.path(bucket, key, prefix=True)
+    return Path(contract.local_path(uri, str(s3.root)))
+
+
 class LocalSageMaker:
     def __init__(self, root: Path):
         self.root = root
@@ -149,6 +157,8 @@ class LocalSageMaker:
             why = contract.local_path_problem(req["CheckpointConfig"].get("LocalPath") or contract.CHECKPOINT_DEFAULT)
             if why or (why := mount_problem(contract.checkpoint_path(req), self.root)):
                 raise LocalAWSError("ValidationException", why)
+        if why := self.checkpoints_in_use(req):  # submit asked already (SubmitChecks); a job may have started since
+            raise LocalAWSError("ValidationException", why)
         if int(req["ResourceConfig"]["InstanceCount"]) > MAX_LOCAL_HOSTS:
             raise LocalAWSError("ResourceLimitExceeded", f"--local runs at most {MAX_LOCAL_HOSTS} hosts on this "
                                                          f"machine, not {req['ResourceConfig']['InstanceCount']}")
@@ -163,6 +173,16 @@ class LocalSageMaker:
         with locked_state(d) as st:
             st.update(runner=Ident.of(pid).to_record())  # a pid means nothing without its start time
         return {"TrainingJobArn": self._arn(name)}
+
+    def checkpoints_in_use(self, req: dict) -> str | None:
+        """The one-line refusal of a job whose checkpoint folder a running --local job holds (checkpoint_lock:
+        that folder, one holding it or one within it), else None. Its runner asks again as it takes the lock."""
+        uri = (req.get("CheckpointConfig") or {}).get("S3Uri")
+        try:
+            folder = uri_folder(uri, LocalS3(self.root / "s3")) if uri else None
+        except (LocalAWSError, ValueError):
+            return None  # a URI the runner refuses, in its words
+        return None if folder is None else checkpoint_lock.in_use(folder, self.root / "s3", uri)
 
     def _arn(self, name: str) -> str:
         return job_arn(name)

@@ -43,7 +43,7 @@ from typing import Iterator
 from dtrain.backends.local.launch import job_path, outer_home
 from dtrain.backends.sagemaker import checkpoint_lock, contract
 from dtrain.backends.sagemaker.archive import link_leaves, unpack
-from dtrain.backends.sagemaker.local import (LocalS3, locked_state, mount_problem, private_dirs, transition,
+from dtrain.backends.sagemaker.local import (LocalS3, locked_state, mount_problem, private_dirs, transition, uri_folder,
                                              write_json)
 from dtrain.replace import open_in
 
@@ -96,10 +96,7 @@ class Runner:
     # ---- 1. Downloading -----------------------------------------------------------------
     def s3_path(self, uri: str) -> Path:
         """Where a file:// or s3:// URI's data is on this machine; no link a job left is followed in the S3 folder."""
-        if uri.startswith("s3://"):
-            bucket, _, key = uri[len("s3://"):].partition("/")
-            return self.s3.path(bucket, key, prefix=True)
-        return Path(contract.local_path(uri, str(self.s3.root)))
+        return uri_folder(uri, self.s3)
 
     def prepare(self) -> dict[str, Path]:
         uri = self.req["CheckpointConfig"]["S3Uri"]
