@@ -72,7 +72,7 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("cifar10_throughput.py", ["--json", "/"], "--json / is a folder: give a file name"),
     ("snapshots.py", ["--tools", "dtrain,resitc"], "--tools names no tool 'resitc': choose from dtrain, nosync, "),
     pytest.param("snapshots.py", ["--tools", "dtrain,restic"], "--tools restic needs restic, which is not installed: "
-                 "run `make bench-setup`", id="snapshots-without-restic",
+                 "run 'make bench-setup'", id="snapshots-without-restic",
                  marks=pytest.mark.skipif(shutil.which("restic") is not None, reason="restic is installed")),
 ])
 def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, message):
