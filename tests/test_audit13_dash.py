@@ -117,3 +117,42 @@ def test_a_jobs_gpu_utilisation_and_memory_are_shown_in_the_jobs_table_and_on_it
             assert not severe, severe
     finally:
         server.stop()
+
+
+@in_browser
+def test_the_nodes_page_names_a_gpus_job_project_and_a_jobs_head_its_cpu_and_memory_requests(home, tmp_path):
+    """The Nodes page's GPU table named the job holding a GPU but not its project, and a job's CPU and memory
+    requests were only in its Spec JSON, where Run:AI's job view has them in its head: the GPU's row has a Project
+    cell ("-" for a free GPU), the job's head says its requests ("-" where unset)."""
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    http = server.http
+    try:
+        assert http.post("/api/v1/projects", json={"name": "team-b"}).status_code == 201
+        jobs = {"sized": {"gpu": 1, "cpu": 0.5, "memory": "1Gi", "project": "team-b"}, "bare": {}}
+        for name, extra in jobs.items():
+            r = http.post("/api/v1/jobs", json={"name": name, "command": ["sleep", "300"], **extra})
+            assert r.status_code == 201, r.text
+        wait_until(lambda: {j["name"]: j["status"] for j in http.get("/api/v1/jobs").json()}
+                   == {"sized": "Running", "bare": "Running"}, what="both jobs running")
+        held = {g["index"]: g["job"] for g in http.get("/api/v1/nodes").json()[0]["gpus"]}
+        want = {index: ("sized", "team-b") if job == "sized" else ("free", "-") for index, job in held.items()}
+        assert sorted(want.values()) == [("free", "-"), ("sized", "team-b")], held
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/nodes")
+
+            def rows():
+                return {i: (text_of(browser, f".gpus-table tr[data-gpu='{i}'] td.job"),
+                            text_of(browser, f".gpus-table tr[data-gpu='{i}'] td.project")) for i in want}
+            wait_until(lambda: rows() == want, what=f"each GPU's job and project {want}")
+            headers = browser.execute_script("return [...document.querySelectorAll('.gpus-table th')]"
+                                             ".map(t => t.textContent.trim())")
+            assert headers[2:4] == ["Job", "Project"], headers
+
+            browser.get(server.url + "/#/job/sized?project=team-b")
+            wait_until(lambda: text_of(browser, "#job-requests") == "0.5 / 1Gi", what="the job's requests")
+            browser.get(server.url + "/#/job/bare")
+            wait_until(lambda: text_of(browser, "#job-requests") == "- / -", what="a job requesting neither")
+            severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert not severe, severe
+    finally:
+        server.stop()

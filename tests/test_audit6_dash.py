@@ -108,7 +108,7 @@ def test_pages_show_nvml_gpus_in_the_tables_units_and_long_messages_wrap(home, t
             assert text_of(browser, ".gpu-alloc") == f"{node['gpus_allocated']} / {node['gpus_allocatable']}"
             rows = browser.execute_script("return [...document.querySelectorAll('.gpus-table tbody tr')]"
                                           ".map(r => [...r.cells].map(c => c.innerText.trim()))")
-            assert [r[3] for r in rows] == ["42%", "-"] and {r[4] for r in rows} == {"3Gi / 80Gi"}
+            assert [r[4] for r in rows] == ["42%", "-"] and {r[5] for r in rows} == {"3Gi / 80Gi"}
             axis = """const card = [...document.querySelectorAll('.node .card')]
                         .find(c => c.querySelector('h2').innerText.startsWith('Memory used'));
                       return card ? [...card.querySelectorAll('svg text')].map(t => t.textContent) : [];"""

@@ -444,6 +444,7 @@ function jobPage(main, name, project, note) {
       h("div", {}, "Type / project / backend"), h("div", {}, `${j.kind} / ${j.project} / ${j.backend}`),
       h("div", {}, "Node"), h("div", {}, j.node || "-"),
       h("div", {}, "GPUs allocated (requested)"), h("div", {}, `${j.gpus_allocated} (${j.gpus_requested})`),
+      h("div", {}, "CPUs / memory requested per process"), h("div", {id: "job-requests"}, `${j.spec.cpu ?? "-"} / ${j.spec.memory || "-"}`),
       h("div", {}, "GPU utilization / memory used now"), h("div", {id: "job-gpu-now"}, j.gpus_allocated
         ? `${gpuUtil(now[j.name])} / ${gpuMemory(now[j.name])}` : "- (no GPU held)"),
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
@@ -751,8 +752,8 @@ function nodesPage(main) {
     const [{body: nodes, headers}, hist] = await Promise.all([request("/nodes"), history()]);
     // Pods Kubernetes did not let us list: GPUs allocated count some or none, as `dtrain nodes` warns
     redraw(holder, ...[warningNote(headers, "nodes-warning")].filter(Boolean), ...nodes.map(n => {
-      const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
-        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, gpuHolder(g)),
+      const gpus = table(["GPU", "Name", "Job", "Project", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
+        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, gpuHolder(g)), h("td", {class: "project"}, g.job && g.project || "-"),
         h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
         h("td", {}, `${size(g.memory_used)} / ${size(g.memory_total)}`))), {id: "gpus-table-" + n.name, class: "gpus-table"});
       const mine = hist.filter(s => s.node === n.name);
