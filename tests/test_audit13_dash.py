@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from server_util import ServerProcess, wait_until
@@ -156,3 +158,67 @@ def test_the_nodes_page_names_a_gpus_job_project_and_a_jobs_head_its_cpu_and_mem
             assert not severe, severe
     finally:
         server.stop()
+
+
+@in_browser
+def test_a_volume_and_a_snapshot_are_deleted_from_the_storage_page_and_a_refusal_is_shown_verbatim(home, tmp_path):
+    """The Storage page had no Delete, though DELETE /volumes/{name} and /snapshots/{name} exist: a volume or a
+    snapshot goes (confirmed, what went said in the CLI's words, the snapshot of a deleted volume kept); a volume a
+    running job uses is refused in the API's own line, kept in the banner; a read-only server shows no Delete."""
+    server = ServerProcess(home, cwd=tmp_path)
+    dt = server.dtrain()
+    try:
+        for name in ("data", "scratch", "used"):
+            dt("volume", "create", name, "--size", "1Gi")
+        dt("snapshot", "create", "data", "--name", "first")
+        dt("snapshot", "create", "data", "--name", "second")
+        dt("submit", "user", "--pvc", "used:/mnt", "--", "sleep", "300")
+        dt.wait_for("user", {"Running"})
+        refused = server.http.delete("/api/v1/volumes/used")  # the API's words, nothing changed by asking
+        assert refused.status_code == 409, refused.text
+
+        def volumes():
+            return attrs_of(browser, "#volumes-table tbody tr", "data-volume")
+
+        def snapshots():
+            return attrs_of(browser, "#snapshots-table tbody tr", "data-snapshot")
+
+        def delete(row, start):
+            click(browser, row)
+            alert = WebDriverWait(browser, 30).until(expected_conditions.alert_is_present())
+            assert alert.text.startswith(start), alert.text
+            alert.accept()
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage")
+            wait_until(lambda: volumes() == ["data", "scratch", "used"] and sorted(snapshots()) == ["first", "second"],
+                       what="the volumes and snapshots")
+            delete("tr[data-snapshot='second'] button.delete-snapshot", "Delete snapshot second?")
+            wait_until(lambda: snapshots() == ["first"], what="second gone")
+            said = text_of(browser, "#snapshot-message")
+            assert re.fullmatch(r"Snapshot second deleted, \d+(\.\d)?[KMG]?i?B? freed\.", said), said
+
+            delete("tr[data-volume='data'] button.delete-volume", "Delete volume data?")
+            wait_until(lambda: volumes() == ["scratch", "used"], what="data gone")
+            assert text_of(browser, "#snapshot-message") == "Volume data deleted."
+            wait_until(lambda: "data (deleted)" in text_of(browser, "tr[data-snapshot='first']"), what="its snapshot kept")
+
+            delete("tr[data-volume='used'] button.delete-volume", "Delete volume used?")
+            wait_until(lambda: text_of(browser, "#banner") == refused.json()["error"], what="the refusal")
+            assert text_of(browser, "#snapshot-message") == ""  # the last delete's words are not this one's
+            updated = text_of(browser, "#updated")
+            wait_until(lambda: text_of(browser, "#updated") != updated, what="the next poll")
+            assert text_of(browser, "#banner") == refused.json()["error"]  # a poll's success did not clear it
+            assert volumes() == ["scratch", "used"]
+        assert [v["name"] for v in server.http.get("/api/v1/volumes").json()] == ["scratch", "used"]
+    finally:
+        server.stop()
+    read_only = ServerProcess(home, args=("--read-only",), cwd=tmp_path)
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(read_only.url + "/#/storage")
+            wait_until(lambda: "scratch" in text_of(browser, "#volumes-table"), what="the volumes")
+            wait_until(lambda: "first" in text_of(browser, "#snapshots-table"), what="the snapshots")
+            buttons = "return document.querySelectorAll('button.delete-volume, button.delete-snapshot').length"
+            assert browser.execute_script(buttons) == 0
+    finally:
+        read_only.stop()

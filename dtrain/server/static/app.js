@@ -785,6 +785,33 @@ function startedFrom(j) {
 const snapshotJobProject = (x, asked) => (x.job_spec && x.job_spec.project) || asked;
 
 // ---- volumes, snapshots, lineage ----------------------------------------------------------------
+// A volume's or a snapshot's Delete (`dtrain volume delete`, `dtrain snapshot delete`; DELETE /volumes/NAME or
+// /snapshots/NAME, with the page's project): confirmed first; what went is said above the Volumes table in the
+// CLI's words; the server's refusal (a volume a job uses) stays in the banner, as a job's Delete's does. None on a
+// read-only server.
+function deleteButton(kind, name, asked, said) {
+  return readOnly() ? null : h("button", {class: `danger delete-${kind}`, title: `delete ${kind} ${name}`,
+                                          onclick: () => deleteStored(kind, name, asked, said)}, "Delete");
+}
+function freedText(f) {  // the tail of `dtrain snapshot delete`'s line
+  if (f.bytes === null) return "; the storage system frees its space";
+  if (f.no_room) return ", its data not freed yet: the home disk had no room; the next snapshot list frees it";
+  return `, ${size(f.bytes)} freed` + (f.pending ? " (more once running snapshots finish)" : "");
+}
+async function deleteStored(kind, name, asked, said) {
+  const what = kind === "volume" ? "Its files are lost; snapshots taken of it stay." : "Data no other snapshot holds is freed.";
+  if (!confirm(`Delete ${kind} ${name}? ${what}`)) return;
+  said.textContent = "";
+  try {
+    const r = await api(withProject(`/${kind}s/${encodeURIComponent(name)}`, asked), {method: "DELETE"});
+    refusal = "";
+    said.textContent = kind === "snapshot" ? `Snapshot ${name} deleted${freedText(r)}.`
+      : r && r.kept ? `Volume ${name} deleting (${r.kept}).` : `Volume ${name} deleted.`;
+  } catch (e) { refusal = e.message; }
+  showBanner("");
+  refresh();
+}
+
 // A project's volumes and snapshots are on its backend (its namespace on Kubernetes), where the CLI's volume
 // and snapshot verbs find them with -p: the filter asks each read for them there (#/storage?project=team-b), as
 // the Jobs page's does, and the job links and hints name it. Without it: the configured project's backend.
@@ -808,12 +835,13 @@ function storagePage(main) {
       h("td", {}, x.status || "-"), h("td", {}, marked(x.origin_snapshot, x.origin_snapshot_deleted)),
       h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)),
       h("td", {class: "actions"}, readOnly() ? null : h("button", {class: "snapshot", title: `snapshot volume ${x.name}`,
-        onclick: () => takeSnapshot(x.name, null, asked, taken)}, "Snapshot")))), {id: "volumes-table"},
+        onclick: () => takeSnapshot(x.name, null, asked, taken)}, "Snapshot"), deleteButton("volume", x.name, asked, taken)))), {id: "volumes-table"},
       `No volumes yet: make one with 'dtrain volume create NAME --size 10Gi${p}'.`));
-    redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
+    redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created", ""], s.map(x => h("tr", {"data-snapshot": x.name},
       h("td", {}, x.name), h("td", {}, marked(x.volume, x.volume_deleted)), h("td", {class: "job"}, !x.job ? "-" : x.earlier_run ? [x.job, ...earlierRun(x)]
         : x.job_deleted ? marked(x.job, true) : jobLink(x.job, snapshotJobProject(x, asked))), h("td", {}, marked(x.source_snapshot, x.source_snapshot_deleted)),
-      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
+      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)),
+      h("td", {class: "actions"}, deleteButton("snapshot", x.name, asked, taken)))), {id: "snapshots-table"},
       `No snapshots yet: take one with 'dtrain snapshot create${p}', or submit a job with --snapshot-on-success.`));
     redraw(graph, g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
       ...(g.jobs_unread ? [h("p", {class: "muted", id: "lineage-unread"}, `drawn from the newest jobs: ${g.jobs_unread} `
