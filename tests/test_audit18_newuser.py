@@ -158,3 +158,11 @@ def test_dtrain_help_names_the_help_flag(cli):
     code, _, err = cli("help")
     [line] = err.strip().splitlines()
     assert code == 2 and "help is the --help flag" in line and "invalid choice" not in line, line
+
+
+def test_config_storage_class_set_quotes_the_command_it_names(cli, tmp_path):
+    """Setting a class printed '(dtrain volume classes shows ...)', the command bare, where every other hint
+    quotes the one it names."""
+    code, out, _ = cli("config", "storage-class", "fast", str(tmp_path / "disk"))
+    assert code == 0 and out == (f"storage class 'fast' is {tmp_path / 'disk'}; "
+                                 "'dtrain volume classes' shows whether volumes can go there\n"), out

@@ -226,7 +226,7 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
     held = 0 if old is None or client.config_problem is not None else next(
         (c.folders.get(c.root, 0) for c in client.backend("local").list_storage_classes() if c.name == args.value), 0)
     root = client.set_storage_class(args.value, args.folder).settings[args.value]
-    print(f"storage class '{args.value}' is {root} (dtrain volume classes shows whether volumes can go there)")
+    print(f"storage class '{args.value}' is {root}; 'dtrain volume classes' shows whether volumes can go there")
     if held and os.path.realpath(old) != os.path.realpath(root):  # the same folder spelled anew moves nothing
         they = ("stays", "keeps") if held == 1 else ("stay", "keep")
         print(f"dtrain: warning: the {counted(held, 'volume')} of storage class '{args.value}' {they[0]} in {old} and "
