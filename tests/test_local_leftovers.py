@@ -140,10 +140,14 @@ def test_a_job_that_filled_the_home_disk_and_lost_its_supervisor_is_still_shown(
         home = disk / "home"  # the supervisor died writing on that full disk: said, with what to delete
         assert info["message"].startswith(f"lost: its supervisor (pid {info['message'].split()[4]} is gone: most "
                                           f"likely a write it needed failed, as the disk holding {home} is full (")
-        assert (f"(not recorded yet: the disk holding $DTRAIN_HOME is full or read-only; free space there (df -h "
-                f"{home}); the largest job logs there are job 'filler''s, ") in info["message"]
+        # one sentence: the rank's exit code where it is said, the disk's advice once, at its end
+        assert (f"; before that, rank 0 was stopped (exit code 143) because its log could not be written: No space "
+                f"left on device ({home}/jobs/filler/logs/rank-0.log); this is not recorded yet, as the disk holding "
+                f"$DTRAIN_HOME is full or read-only: free space there (df -h {home}); the largest job logs there are "
+                f"job 'filler''s, ") in info["message"]
         assert info["message"].endswith(f" MiB (rm -r {home}/jobs/filler/logs, or 'dtrain delete filler --purge' "
-                                        f"once it has ended))")
+                                        f"once it has ended)")
+        assert info["message"].count("free space") == 1 and ") (" not in info["message"], info["message"]
         assert dt("logs", "filler").stdout.startswith("hello\n")
         assert_usage_error(dt("submit", "more", "--", "true", check=False), "free space there (df -h) and retry")
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # room again

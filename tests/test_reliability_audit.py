@@ -150,7 +150,8 @@ def test_a_rank_whose_log_cannot_be_written_is_stopped_with_the_reason(tmp_path)
     assert rec["status"] == "Failed" and code == rec["exit_code"] != 0, rec
     assert "No space left on device" in rec["log_error"] and "rank-0.log" in rec["log_error"]
     assert b"Traceback" not in rec["out"], rec["out"]
-    assert ranks.describe_exit(rec).startswith("rank 0 was stopped because its log could not be written: "
+    assert ranks.describe_exit(rec).startswith(f"rank 0 was stopped (exit code {code}) because its log could not be "
+                                               "written: "
                                                "No space left on device")
 
 

@@ -182,11 +182,12 @@ def test_a_job_whose_log_fills_the_home_disk_fails_once_saying_what_to_free(tmp_
         home, logs = dt.home, dt.home / "jobs" / "j1" / "logs"
         assert info["status"] == "Failed" and info["restarts"] == 0, info
         message = info["message"]
-        assert message.startswith(f"rank 0 was stopped because its log could not be written: No space left on device "
+        assert message.startswith(f"rank 0 was stopped (exit code 143) because its log could not be written: No space "
+                                  f"left on device "
                                   f"({logs}/rank-0.log); the disk holding {home} is full (")
         assert (f"free space there (df -h {home}); the largest job logs there are job 'j1''s, ") in message
         assert message.endswith(f" MiB (rm -r {logs}, or 'dtrain delete j1 --purge' once it has ended), then submit "
-                                f"the job again (exit code 143); see 'dtrain logs j1 --rank 0'")
+                                f"the job again; see 'dtrain logs j1 --rank 0'")
         assert [e["status"] for e in dt.json("describe", "job", "j1")["events"]] == ["Pending", "Running", "Failed"]
         shown = dt("logs", "j1").stdout.splitlines()
         assert shown[0].startswith("line 0 x") and len(shown) > 1000

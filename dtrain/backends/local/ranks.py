@@ -158,12 +158,14 @@ def failing_rank(records: list[dict]) -> dict | None:
 
 
 def describe_exit(rec: dict, fix: str | None = None) -> str:
-    """How a rank ended; `fix`: what to do about a log its disk had no room for, where the caller knows more."""
+    """How a rank ended; `fix`: what to do about a log its disk had no room for, where the caller knows more
+    ('' where the caller says it after)."""
     if rec.get("log_refused"):
         return f"rank {rec['rank']} was not started: {rec['log_refused']}"
     if rec.get("log_error"):
-        return (f"rank {rec['rank']} was stopped because its log could not be written: {rec['log_error']}; "
-                f"{fix or 'free space on that disk (df -h) and submit the job again'} (exit code {rec['exit_code']})")
+        told = "" if fix == "" else f"; {fix or 'free space on that disk (df -h) and submit the job again'}"
+        return (f"rank {rec['rank']} was stopped (exit code {rec['exit_code']}) because its log could not be "
+                f"written: {rec['log_error']}{told}")
     if rec.get("oom"):
         return f"rank {rec['rank']} ran out of memory (limit {rec['oom']}) and was killed (exit code {rec['exit_code']})"
     how = f"was killed by {rec['signal']}" if rec.get("signal") else "exited"
@@ -335,11 +337,11 @@ def _empty(path: Path) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
-def own_causes(job_dir: Path) -> str:
+def own_causes(job_dir: Path, fix: str | None = None) -> str:
     """A clause `; before that, rank R ...` for each rank stopped for a cause of its own (a log its disk
     had no room for, its memory limit): what ended an attempt whose supervisor could not record it
-    (a full disk refuses the database's writes too) still says why the job ended."""
-    return "".join(f"; before that, {describe_exit(r)}" for r in rank_records(job_dir)
+    (a full disk refuses the database's writes too) still says why the job ended. `fix`: describe_exit's."""
+    return "".join(f"; before that, {describe_exit(r, fix)}" for r in rank_records(job_dir)
                    if r.get("log_error") or r.get("oom"))
 
 

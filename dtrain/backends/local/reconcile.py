@@ -56,7 +56,7 @@ class Reconciling:
             reason = f"its supervisor (pid {sup.pid}) is gone: killed, or the machine restarted"
         name = row["name"]
         job_dir = self.home / "jobs" / name
-        reason += own_causes(job_dir)
+        why, reason = reason, reason + own_causes(job_dir)
         old = (row["supervisor_pid"], row["supervisor_start"])
         me = Ident.of(os.getpid())
         claim = (me.pid, supervisor_token(me, claim=True))
@@ -65,8 +65,9 @@ class Reconciling:
         room = (full_disk_advice(self.home, lambda job: self.cmd(f"delete {job} --purge", row["project"]))
                 if sup is not None and disk_full(self.home) else "free space there")
         unrecorded = {**dict(row), "status": "Failed", "finished": time.time(),
-                      "message": f"lost: {reason} (not recorded yet: the disk holding $DTRAIN_HOME is full or "
-                                 f"read-only; {room})"}
+                      # one sentence: the disk's advice said once, at its end (the rank's own left out)
+                      "message": f"lost: {why}{own_causes(job_dir, fix='')}; this is not recorded yet, as the disk "
+                                 f"holding $DTRAIN_HOME is full or read-only: {room}"}
         try:
             claimed = self.store.replace_supervisor(name, old=old, pid=claim[0], token=claim[1])
         except sqlite3.OperationalError as err:
