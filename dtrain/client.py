@@ -34,7 +34,7 @@ from dtrain import db
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, DeletedProjectInfo, JobInfo, JobStatus, Listed,
                                   LogStream, Notice,
                                   Page, ProjectInfo, TimeoutError_, check_page, check_status, notices_of, page_of)
-from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup
+from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup, no_notebook
 from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
 from dtrain.client_storage import StorageVerbs
@@ -362,8 +362,11 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         """`wait`: seconds to wait for a Running notebook's Jupyter to serve (a NotReadyError until then)."""
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 3600:
             raise SpecError(f"invalid wait {shown(wait)}: use seconds from 0 to 3600, e.g. wait=60")
-        on = self._job(name, project, backend)
-        return on.notebook_url(name, cmd=self._hint_command(on), wait=wait)
+        try:
+            on = self._job(name, project, backend)
+            return on.notebook_url(name, cmd=self._hint_command(on), wait=wait)
+        except NotFoundError as err:  # no such job: the notebook named, and where notebooks are listed
+            raise NotFoundError(no_notebook(str(err), name)) from None
 
     def _hint_command(self, backend: Backend) -> Callable[[str, str], str]:
         """How a refusal of `backend` names a command on a job of a project (base.HintCommand)."""

@@ -5,6 +5,7 @@ the one line of a job not found there, in the words of the door a client serves.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -210,3 +211,19 @@ class JobLookup:
             raise NotFoundError(f"no job named {info.name!r} in project {project!r}: it is in project "
                                 f"{info.spec.project!r} (give {give.format(info.spec.project)}, or {none})")
         return info
+
+
+# the local store's "no job named" (a near name, then where else to look, may follow), as `_found` words it
+_NO_JOB = re.compile(r"no job named (?P<name>'[^']*')(?: \(did you mean '[^']*'\?\))?; "
+                     r"see '(?P<head>dtrain [^']*)list jobs(?P<tail>[^']*)' for the jobs there are")
+
+
+def no_notebook(message: str, name: str) -> str:
+    """`message`, a refusal of `name` as a name no job has, as `notebook open` words it: the notebook named,
+    and the listing of notebooks ('no notebook named 'nb'; see 'dtrain notebook list' for the notebooks
+    there are); a near job's name is left out (it need not be a notebook). Any other refusal is as it is."""
+    said = _NO_JOB.match(message)
+    if said is None or said["name"] != shown(name):
+        return message
+    return (f"no notebook named {said['name']}; see '{said['head']}notebook list{said['tail']}' for the notebooks "
+            f"there are{message[said.end():]}")

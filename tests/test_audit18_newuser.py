@@ -166,3 +166,19 @@ def test_config_storage_class_set_quotes_the_command_it_names(cli, tmp_path):
     code, out, _ = cli("config", "storage-class", "fast", str(tmp_path / "disk"))
     assert code == 0 and out == (f"storage class 'fast' is {tmp_path / 'disk'}; "
                                  "'dtrain volume classes' shows whether volumes can go there\n"), out
+
+
+def test_notebook_open_of_no_such_name_names_the_notebook_and_its_listing(cli):
+    """`notebook open nosuch` said "no job named 'nosuch'; see 'dtrain list jobs'", a listing of jobs."""
+    code, _, err = cli("notebook", "open", "nosuch")
+    [line] = err.strip().splitlines()
+    assert code == 2 and line.endswith("no notebook named 'nosuch'; see 'dtrain notebook list' for the notebooks "
+                                       "there are"), line
+
+
+def test_notebook_open_of_a_job_that_is_not_a_notebook_names_the_listing_too(cli):
+    assert cli("submit", "train", "--", "true")[0] == 0
+    code, _, err = cli("notebook", "open", "train")
+    [line] = err.strip().splitlines()
+    assert code == 2 and line.endswith("job 'train' is not a notebook: see 'dtrain notebook list' for the notebooks "
+                                       "there are, or start one with 'dtrain notebook NAME --pvc VOLUME:/home/jovyan'")

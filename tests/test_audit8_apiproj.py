@@ -167,7 +167,7 @@ def test_submits_hint_and_notebook_open_reach_a_job_of_a_kubernetes_project(team
     assert hint == "dtrain describe job k2 -p team-b"
     assert dt.json(*hint.split()[1:])["backend"] == "kubernetes"  # the command works as printed
     assert_usage_error(dt("notebook", "open", "k2", "-p", "team-b", check=False), "job 'k2' is not a notebook")
-    assert_usage_error(dt("notebook", "open", "k2", check=False), "no job named 'k2'", "-p team-b")
+    assert_usage_error(dt("notebook", "open", "k2", check=False), "no notebook named 'k2'", "-p team-b")
 
 
 @pytest.mark.slow

@@ -169,8 +169,8 @@ def check_notebook_open(name: str, info: JobInfo, cmd: HintCommand) -> None:
         return cmd(words, project)
 
     if not info.spec.notebook:
-        raise SpecError(f"job {name!r} is not a notebook: start one with "
-                        f"'{said('notebook NAME --pvc VOLUME:/home/jovyan')}'")
+        raise SpecError(f"job {name!r} is not a notebook: see '{said('notebook list')}' for the notebooks there are, "
+                        f"or start one with '{said('notebook NAME --pvc VOLUME:/home/jovyan')}'")
     if info.status == JobStatus.DELETED:
         raise ConflictError(f"notebook {name!r} is Deleted: start it again with '{said(f'notebook {name} ...')}'")
     if info.status.terminal:  # its name is still taken: delete first (its files are kept)
