@@ -58,6 +58,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.wfile.write(body[start:])
 
+    def do_HEAD(self):  # noqa: N802 - as GET answers, without a body (not in srv.requests, the GETs); 501 without srv.head
+        body = self.server.files.get(self.path)
+        if body is None or not self.server.head:
+            self.send_error(404 if self.server.head else 501)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+
     def log_message(self, *args):  # keep test output quiet
         pass
 
@@ -65,7 +74,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.files, srv.requests, srv.drops, srv.ignore_range = {}, [], 0, False
+    srv.files, srv.requests, srv.drops, srv.ignore_range, srv.head = {}, [], 0, False, True
     srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -194,6 +203,23 @@ def test_a_malformed_digest_is_refused_before_anything_is_fetched(tmp_path, dige
 def test_http_error_is_a_data_error(server, tmp_path):
     with pytest.raises(DataError, match="HTTP 404"):
         prepare.download(server.url + "/missing.zip", tmp_path / "missing.zip")
+
+
+def test_a_url_not_there_is_refused_before_anything_is_downloaded_or_unpacked(server, archives, tmp_path):
+    """A typo in the last --url was found only after the archives before it were downloaded and unpacked."""
+    urls, _ = serve_all(server, archives)
+    urls[-1] = server.url + "/test_lable.json"
+    with pytest.raises(NotFoundError) as refused:
+        prepare.prepare(urls, tmp_path / "out")
+    assert str(refused.value) == (f"{urls[-1]} is not there (HTTP 404 Not Found): check that --url and run again; "
+                                  f"nothing was downloaded or unpacked")
+    assert server.requests == [] and [p.name for p in (tmp_path / "out").iterdir()] == [prepare.LOCK]
+
+
+def test_a_server_that_refuses_head_is_still_downloaded_from(server, archives, tmp_path):
+    urls, digests = serve_all(server, archives)
+    server.head = False  # 501, as a server without HEAD answers: the download says what is wrong, if anything
+    assert prepare.prepare(urls, tmp_path, sha256=digests)["masks"]["splits"] == {"train": 4, "val": 2, "test": 2}
 
 
 def test_rerun_does_no_work_and_force_redoes_it(server, archives, tmp_path):

@@ -226,6 +226,27 @@ def split_url(url: str, flag: str = "--url") -> urllib.parse.ParseResult:
         raise SpecError(f"{flag} {url} is not a URL ({e}): give http(s)://HOST/FILE, file:///PATH or a path") from None
 
 
+def check_found(urls, flag: str = "--url", timeout: float = 60.0) -> None:
+    """Refuse, before anything is downloaded or unpacked, an http(s) URL its server says is not there
+    (HEAD answered 404 or 410): a typo in the last of several URLs showed only after the first ones
+    were fetched and unpacked. Any other answer (a server that refuses HEAD: 405, 501; a presigned URL
+    signed for GET: 403) or none at all is left to the download, which retries and says so."""
+    import urllib.error
+
+    for url in urls:
+        if local_path(url, flag) is not None:
+            continue
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+        except urllib.error.HTTPError as err:
+            err.close()
+            if err.code in (404, 410):
+                raise NotFoundError(f"{url} is not there (HTTP {err.code} {err.reason}): check that {flag} and "
+                                    f"run again; nothing was downloaded or unpacked") from None
+        except OSError:  # no answer: the download's retries say what happens
+            pass
+
+
 def local_path(url: str, flag: str = "--url") -> Path | None:
     """The file a file:// URL or a path names; None for http(s). The download commands take both,
     so a file already on the machine (or a mounted volume) needs no server."""

@@ -55,7 +55,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from dtrain.errors import ConflictError, DataError, SpecError
-from dtrain.workloads.inputs import Parser, command, in_range, input_file, local_path, out_folder, split_url
+from dtrain.workloads.inputs import (Parser, check_found, command, in_range, input_file, local_path, out_folder,
+                                     split_url)
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
 from dtrain.workloads.lanes.tusimple import (
     LIST_DIR, SPLIT_FILES, mask_relpath, one_line_per_frame, read_labels, writable,
@@ -431,6 +432,9 @@ def _prepare(urls: Sequence[str], out: Path, expected: Sequence[str | None], siz
         for part in (out / "downloads").glob("*.part"):
             part.unlink()
     done = {(i["url"], i.get("expected")): i for i in manifest.get("inputs", [])}
+    # each URL to download (one an earlier run fetched is not asked again) answers before anything is unpacked
+    check_found([url for url, exp in zip(urls, expected) if (url, exp.lower() if exp else None) not in done],
+                timeout=TIMEOUT)
     inputs = []
     for url, exp in zip(urls, expected):
         key = (url, exp.lower() if exp else None)
