@@ -341,11 +341,12 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         fields.setdefault("project", self.default_project)
         return self.submit(notebook_spec(name, volumes=volumes, door=self.door, **fields))
 
-    def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True) -> Listed:
-        """The notebooks among `list`'s jobs (of `project`; None: every project's), with its notices but
-        that of pods not read ('pods-unread': processes, GPUs in use and node, which no notebook listing
-        shows; Kubernetes tells a notebook's status from its Notebook object then)."""
-        jobs = self.list(project=project, show_deleted=show_deleted)
+    def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True,
+                       status: JobStatus | str | None = None) -> Listed:
+        """The notebooks among `list`'s jobs (of `project`; None: every project's; `status` and `show_deleted`
+        as `list`'s), with its notices but that of pods not read ('pods-unread': processes, GPUs in use and
+        node, which no notebook listing shows; Kubernetes tells a notebook's status from its Notebook object then)."""
+        jobs = self.list(project=project, show_deleted=show_deleted, status=status)
         return Listed((j for j in jobs if j.spec.notebook), [n for n in jobs.notices if n.code != "pods-unread"])
 
     def page_notebooks(self, *, project: str | None = None, status: JobStatus | str | None = None,

@@ -95,8 +95,8 @@ def test_list_keeps_the_jobs_of_one_status(dt):
     assert dt("list", "--status", "Running").stdout == "No jobs in project 'default' match --status Running\n"
     dt("delete", "done")
     assert [j["name"] for j in dt.json("list", "--status", "Deleted")] == ["done"]  # without --show-deleted
-    proc = dt("list", "--status-equals", "InProgress", check=False)  # SageMaker's word
-    assert_usage_error(proc, "invalid status 'InProgress': use one of Pending, Running, Succeeded, Failed")
+    proc = dt("list", "--status-equals", "Done", check=False)
+    assert_usage_error(proc, "invalid status 'Done': use one of Pending, Running, Succeeded, Failed")
 
 
 # ---- submit -f with a Kubeflow PyTorchJob or a SageMaker request ---------------------------------

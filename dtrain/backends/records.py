@@ -248,14 +248,25 @@ class JobSummary:
         return {"counts": [c.to_dict() for c in self.counts], "unfinished": [j.to_dict() for j in self.unfinished]}
 
 
+# SageMaker's TrainingJobStatus words, as a status filter reads them (sagemaker/status.py maps a job so): a
+# Stopping job is still Running, a Stopped one Deleted; InProgress is Running (a job still starting is Pending)
+OTHER_STATUS_WORDS = {"inprogress": JobStatus.RUNNING, "completed": JobStatus.SUCCEEDED,
+                      "stopping": JobStatus.RUNNING, "stopped": JobStatus.DELETED}
+
+
 def check_status(status: JobStatus | str | None) -> JobStatus | None:
-    """A status filter: a JobStatus, or its word as the HTTP API gives it; None: no filter."""
+    """A status filter: a JobStatus, or its word in any case as the HTTP API, the CLI (Run:AI's `--status
+    running`) or SageMaker (InProgress, Completed, Stopping, Stopped) give it; None: no filter."""
     if status is None or isinstance(status, JobStatus):
         return status
-    try:
-        return JobStatus(status)
-    except (ValueError, TypeError):
-        raise status_refusal(status, [s.value for s in JobStatus]) from None
+    if isinstance(status, str):
+        word = status.lower()
+        for known in JobStatus:
+            if known.value.lower() == word:
+                return known
+        if word in OTHER_STATUS_WORDS:
+            return OTHER_STATUS_WORDS[word]
+    raise status_refusal(status, [s.value for s in JobStatus])
 
 
 def newest_first(jobs, limit: int | None, offset: int) -> JobPage:

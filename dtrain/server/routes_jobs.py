@@ -37,7 +37,7 @@ LIMIT, OFFSET = wire.page_limit("jobs"), wire.page_offset("jobs")
 @router.get("/jobs", response_model=list[wire.Job],
             responses={**ERRORS, 200: {"headers": {**wire.TOTAL_COUNT, **wire.JOBS_WARNING}}})
 def list_jobs(request: Request, response: Response, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
-              status: wire.STATUSES | None = None, limit: LIMIT = None, offset: OFFSET = None,
+              status: wire.STATUS_FILTER = None, limit: LIMIT = None, offset: OFFSET = None,
               label_selector: Annotated[str | None, Query(max_length=MAX_SELECTOR, pattern=SELECTOR_PATTERN, description=(
                   "only jobs whose labels match, as `dtrain list -l` (kubectl's -l): KEY=VALUE, KEY!=VALUE, KEY, "
                   "!KEY, comma-separated"))] = None):

@@ -36,7 +36,7 @@ LIMIT, OFFSET = wire.page_limit("notebooks"), wire.page_offset("notebooks")
 @router.get("/notebooks", response_model=list[wire.Job],
             responses={**ERRORS, 200: {"headers": wire.total_count("notebooks")}})
 def list_notebooks(request: Request, response: Response,
-                   project: Annotated[str | None, Query(pattern=wire.NAME)] = None, status: wire.STATUSES | None = None,
+                   project: Annotated[str | None, Query(pattern=wire.NAME)] = None, status: wire.STATUS_FILTER = None,
                    limit: LIMIT = None, offset: OFFSET = None):
     """The notebooks (of one project with `project`; every project's without, as GET /jobs), oldest
     first; `status` filters, and Deleted ones are listed only when asked for (`status=Deleted`). A
@@ -50,8 +50,8 @@ def list_notebooks(request: Request, response: Response,
         page = c.page_notebooks(project=project, status=status, limit=limit, offset=offset or 0)
         books, total, notices = list(page.items), page.total, page.notices
     else:
-        listed = c.list_notebooks(project=project, show_deleted=status == "Deleted")
-        books = [b for b in listed if status is None or b.status.value == status]
+        listed = c.list_notebooks(project=project, show_deleted=False, status=status)  # Deleted: listed
+        books = list(listed)
         total, notices = len(books), listed.notices
     response.headers["x-total-count"] = str(total)
     wire.warn(response, notices)

@@ -12,6 +12,7 @@ client's frozen records by the `*_out` functions.
 from __future__ import annotations
 
 from dtrain.server.wire.common import (STATUSES,  # noqa: F401  (re-exported)
+                                       STATUS_FILTER,
                                        NAME, SIZE, CLASS, CLAIM, JobName, NotebookName, VolumeName, ClaimName,
                                        SnapshotName, SnapshotProject, StorageProject, LineageProject, JobProject,
                                        JobBackend, NAMED, Count, MaybeCount, Real, QueryWhole, QueryReal, QueryTyped,

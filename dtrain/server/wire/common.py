@@ -14,6 +14,11 @@ from dtrain.names import (CLAIM_RE, CLASS_RE, MAX_OFFSET, MAX_PAGE, MAX_TIME, NA
 from dtrain.numbers import real_number, whole, whole_number
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
+# The ?status= filter: one of STATUSES in any case, or SageMaker's word for one (InProgress, Completed, Stopping,
+# Stopped); the client's check_status reads it, so the HTTP API, the SDK and the CLI take the same words
+STATUS_FILTER = Annotated[str | None, Query(max_length=32, description=(
+    "only the jobs in this status: Pending, Running, Succeeded, Failed, Deleted or Suspended, in any case; "
+    "SageMaker's InProgress and Stopping read as Running, Completed as Succeeded, Stopped as Deleted"))]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
 SIZE = SIZE_RE.pattern
 CLASS = CLASS_RE.pattern

@@ -1,0 +1,71 @@
+"""A Run:AI, kubectl or AWS CLI user on dtrain (audit 19): a status filter in their words, kubectl's
+KIND/NAME on the job verbs, and the flags of their list, describe and delete named with dtrain's form."""
+
+from __future__ import annotations
+
+import dtrain
+import pytest
+from conftest import assert_usage_error
+from dtrain.backends.records import check_status
+from dtrain.errors import SpecError
+
+
+# ---- runai list --status running; aws sagemaker list-training-jobs --status-equals InProgress --------
+@pytest.mark.parametrize("word, status", [
+    ("running", "Running"), ("SUCCEEDED", "Succeeded"), ("suspended", "Suspended"), ("InProgress", "Running"),
+    ("inprogress", "Running"), ("Completed", "Succeeded"), ("Stopping", "Running"), ("Stopped", "Deleted"),
+    ("Failed", "Failed"), (dtrain.JobStatus.PENDING, "Pending"),
+])
+def test_a_status_filter_takes_any_case_and_sagemakers_words(word, status):
+    """`--status running` was "invalid status 'running'", and SageMaker's InProgress or Completed too."""
+    assert check_status(word) is dtrain.JobStatus(status)
+
+
+@pytest.mark.parametrize("word", ["Done", "", "runing", 5, ["Running"]])
+def test_a_status_filter_no_word_names_is_still_refused(word):
+    with pytest.raises(SpecError, match=r"^invalid status .*: use one of Pending, Running, Succeeded, Failed, "
+                                        r"Deleted, Suspended$"):
+        check_status(word)
+
+
+def test_list_status_in_any_case_and_sagemakers_words_at_the_cli_and_the_sdk(dt, home):
+    dt("submit", "done", "--", "true")
+    dt("wait", "done")
+    dt("submit", "gone", "--", "true")
+    dt("wait", "gone")
+    dt("delete", "gone")
+    assert [j["name"] for j in dt.json("list", "--status", "succeeded")] == ["done"]
+    assert [j["name"] for j in dt.json("list", "--status-equals", "Completed")] == ["done"]
+    assert [j["name"] for j in dt.json("list", "--status", "stopped")] == ["gone"]
+    assert dt("list", "--status", "InProgress").stdout == "No jobs in project 'default' match --status InProgress\n"
+    client = dtrain.Client(home=home)
+    assert [j.name for j in client.list(status="COMPLETED")] == ["done"]
+    assert [j.name for j in client.page(status="succeeded").jobs] == ["done"]
+    assert client.page_notebooks(status="inprogress").total == 0
+    assert list(client.list_notebooks(status="Stopped")) == []  # a job of type Notebook alone, as page_notebooks
+
+
+def test_the_http_status_filter_takes_the_same_words(home):
+    """GET /jobs?status=running was pydantic's 422 where the SDK's status= took it."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    client = dtrain.Client(home=home)
+    client.submit(dtrain.JobSpec(name="done", command=("true",)))
+    client.wait("done", timeout=120)
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            for query in ("status=succeeded", "status=Completed", "status=COMPLETED&limit=5"):
+                answer = http.get(f"/api/v1/jobs?{query}")
+                assert answer.status_code == 200 and [j["name"] for j in answer.json()] == ["done"], answer.text
+            assert http.get("/api/v1/jobs?status=inprogress").json() == []
+            assert http.get("/api/v1/notebooks?status=stopped").status_code == 200
+            bad = http.get("/api/v1/jobs?status=done")
+            assert bad.status_code == 422 and bad.json()["error"].startswith("invalid status 'done': use one of "
+                                                                             "Pending, Running"), bad.text
+    finally:
+        server.stop()
