@@ -69,3 +69,23 @@ def test_the_http_status_filter_takes_the_same_words(home):
                                                                              "Pending, Running"), bad.text
     finally:
         server.stop()
+
+
+# ---- kubectl describe pytorchjob/X ------------------------------------------------------------------
+@pytest.mark.parametrize("words", [["describe", "pytorchjob/hello"], ["describe", "job", "mpijob/hello"],
+                                   ["logs", "job/hello"], ["logs", "job", "pytorchjob/hello"],
+                                   ["wait", "pytorchjobs/hello"], ["artifacts", "mpijob/hello", "--to", "out"]])
+def test_kubectls_kind_slash_name_is_the_job(dt, tmp_path, words):
+    """`describe pytorchjob/hello` was "invalid job name 'pytorchjob/hello'"."""
+    dt("submit", "hello", "--", "sh", "-c", 'mkdir -p "$DTRAIN_MODEL_DIR"; echo w > "$DTRAIN_MODEL_DIR/w"')
+    dt("wait", "hello")
+    words = [str(tmp_path / w) if w == "out" else w for w in words]
+    assert dt(*words).returncode == 0
+
+
+def test_delete_takes_kind_slash_names_and_a_word_of_another_kind_is_still_a_name(dt):
+    dt("submit", "a", "--", "true")
+    dt("submit", "b", "--", "true")
+    dt("delete", "pytorchjob/a", "job/b")
+    assert {j["name"]: j["status"] for j in dt.json("list", "--status", "deleted")} == {"a": "Deleted", "b": "Deleted"}
+    assert_usage_error(dt("describe", "volume/a", check=False), "invalid job name 'volume/a'")

@@ -31,14 +31,21 @@ def _elsewhere(kind: str, verb: str) -> str:
 JOB_NOUNS = ("job", "jobs", "notebook", "notebooks", "pytorchjob", "pytorchjobs", "mpijob", "mpijobs")
 
 
+def job_word(word: str) -> str:
+    """kubectl's KIND/NAME (`pytorchjob/train`, `mpijob/train`, `job/train`) as NAME, where KIND is one of
+    JOB_NOUNS (it was refused as a job's name holding '/'); any other word as it is."""
+    kind, slash, name = word.partition("/")
+    return name if slash and name and kind in JOB_NOUNS else word
+
+
 def _job_names(words: list[str], verb: str) -> list[str]:
-    """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too. A notebook
-    is a job, so `delete notebook X` is `delete job X`."""
+    """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too, and kubectl's
+    `pytorchjob/X`. A notebook is a job, so `delete notebook X` is `delete job X`."""
     if len(words) > 1 and words[0] in JOB_NOUNS:
-        return words[1:]
+        return [job_word(w) for w in words[1:]]
     if words and words[0] in _OTHER_KINDS:
         raise SpecError(_elsewhere(words[0], verb))
-    return words
+    return [job_word(w) for w in words]
 
 
 def _in_project(args) -> str | None:

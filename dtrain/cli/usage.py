@@ -9,6 +9,7 @@ import shlex
 import sys
 
 from dtrain.cli import jobs
+from dtrain.cli.lookup import job_word
 from dtrain.names import NAME_RULE, abbreviated, near_choice, shown
 
 
@@ -169,11 +170,12 @@ _NOUN_VERBS = ("logs", "artifacts", "exec", "bash")
 def _past_job_noun(args, extra: list[str]) -> list[str]:
     """`dtrain logs job X` (Run:AI's `runai describe job X` habit, which describe, delete, wait, suspend
     and resume take): argparse read 'job' as the name and left X over; X is the name. `logs job` alone
-    is the job named 'job', as `describe job` is."""
+    is the job named 'job', as `describe job` is. kubectl's `logs pytorchjob/X` is X too."""
     if (args.verb in _NOUN_VERBS and getattr(args, "name", None) in jobs.JOB_NOUNS and extra
             and not extra[0].startswith("-")):
-        args.name = extra[0]
-        return extra[1:]
+        args.name, extra = extra[0], extra[1:]
+    if args.verb in _NOUN_VERBS and isinstance(getattr(args, "name", None), str):
+        args.name = job_word(args.name)
     return extra
 
 
