@@ -89,3 +89,22 @@ def test_delete_takes_kind_slash_names_and_a_word_of_another_kind_is_still_a_nam
     dt("delete", "pytorchjob/a", "job/b")
     assert {j["name"]: j["status"] for j in dt.json("list", "--status", "deleted")} == {"a": "Deleted", "b": "Deleted"}
     assert_usage_error(dt("describe", "volume/a", check=False), "invalid job name 'volume/a'")
+
+
+# ---- kubectl get -w, aws sagemaker describe-training-job --training-job-name, kubectl delete --force ---
+@pytest.mark.parametrize("words, needle", [
+    (["list", "-w"], "-w is kubectl's: 'dtrain list' prints once: follow a job with 'dtrain logs NAME -f', or wait "
+                     "for its end with 'dtrain wait NAME' (see 'dtrain list --help')"),
+    (["list", "--watch"], "--watch is kubectl's: 'dtrain list' prints once"),
+    (["describe", "--training-job-name", "x"], "--training-job-name is the AWS CLI's: name the job after the verb: "
+                                               "dtrain describe NAME"),
+    (["describe", "--training-job-name=x"], "--training-job-name is the AWS CLI's: name the job after the verb"),
+    (["delete", "x", "--force"], "--force is kubectl's: the one form is 'dtrain delete NAME': its processes get "
+                                 "SIGTERM"),
+    (["delete", "--force", "x", "--grace-period=0"], "--force is kubectl's: the one form is 'dtrain delete NAME'"),
+    (["delete", "x", "--grace-period", "0"], "--grace-period is kubectl's: the one form is 'dtrain delete NAME'"),
+])
+def test_another_tools_flag_on_list_describe_or_delete_names_dtrains_form(dt, words, needle):
+    dt("submit", "x", "--", "true")
+    assert_usage_error(dt(*words, check=False), needle)
+    assert [j["name"] for j in dt.json("list")] == ["x"]  # nothing deleted

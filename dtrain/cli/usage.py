@@ -109,6 +109,8 @@ class Parser(argparse.ArgumentParser):
     def _not_a_name(self, word: str) -> str:
         if no_all := _no_all(self.prog.removeprefix("dtrain "), word):
             return no_all
+        if other := _other_tool_flag(self.prog.removeprefix("dtrain "), word):
+            return other
         return f"{shown(word)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
 
     def _stray_among(self, parsed, extra: list[str]) -> str | None:
@@ -179,6 +181,26 @@ def _past_job_noun(args, extra: list[str]) -> list[str]:
     return extra
 
 
+_WATCHED = "'dtrain list' prints once: follow a job with 'dtrain logs NAME -f', or wait for its end with 'dtrain wait NAME'"
+_STOPPED = ("the one form is 'dtrain delete NAME': its processes get SIGTERM (a workload checkpoints), then SIGKILL "
+            "after the backend's grace period (30 s locally); --purge also forgets its record")
+# Other tools' flags on the verb of theirs that dtrain's matches (kubectl's `get -w`, the AWS CLI's
+# describe-training-job --training-job-name, kubectl delete's --force and --grace-period): dtrain's form
+OTHER_TOOL_FLAGS = {("list", "-w"): ("kubectl", _WATCHED), ("list", "--watch"): ("kubectl", _WATCHED),
+                    ("describe", "--training-job-name"): ("the AWS CLI", "name the job after the verb: dtrain describe NAME"),
+                    ("delete", "--force"): ("kubectl", _STOPPED), ("delete", "--grace-period"): ("kubectl", _STOPPED)}
+
+
+def _other_tool_flag(verb: str, word: str) -> str | None:
+    """'FLAG is TOOL's: dtrain's form' for another tool's flag in OTHER_TOOL_FLAGS (it was 'unrecognized
+    arguments' alone, or 'neither an option nor a name'), else None."""
+    flag = word.split("=", 1)[0]
+    if (verb, flag) not in OTHER_TOOL_FLAGS:
+        return None
+    tool, form = OTHER_TOOL_FLAGS[verb, flag]
+    return f"{flag} is {tool}'s: {form}"
+
+
 def _no_all(verb: str, word: str) -> str | None:
     """For --all (-A) on a job verb without it (README: --all takes every job of the project where the verb
     takes it): the verbs that take it; it was "neither an option ... nor a name" or only "unrecognized"."""
@@ -207,6 +229,8 @@ def _flag_hint(args, extra: list[str]) -> str:
             return f"; {jobs.WATCH_FLAGS[flag].format(verb=args.verb)}"
         if no_all := _no_all(args.verb, flag):
             return f"; {no_all}"
+        if other := _other_tool_flag(args.verb, flag):
+            return f"; {other}"
         if whole := abbreviated(word, getattr(args, "options_known", [])):
             return f"; {whole}"
         near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)
