@@ -7,6 +7,8 @@ import dtrain
 import pytest
 from conftest import assert_usage_error
 from dtrain.backends.records import check_status
+from dtrain.cli.completion import script
+from dtrain.cli.main import build_parser
 from dtrain.errors import SpecError
 
 
@@ -108,3 +110,21 @@ def test_another_tools_flag_on_list_describe_or_delete_names_dtrains_form(dt, wo
     dt("submit", "x", "--", "true")
     assert_usage_error(dt(*words, check=False), needle)
     assert [j["name"] for j in dt.json("list")] == ["x"]  # nothing deleted
+
+
+# ---- completion: describe pytorchjob <TAB> ----------------------------------------------------------
+def test_completion_offers_job_names_after_a_kubeflow_kind(tmp_path):
+    """`describe pytorchjob <TAB>` offered nothing: the kind was taken for the job's name already given."""
+    from test_cli_completion import SHIM, complete
+
+    path = tmp_path / "dtrain.bash"
+    path.write_text(script(build_parser(), "bash"))
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "dtrain").write_text(SHIM)
+    (bin_dir / "dtrain").chmod(0o755)
+    (bin_dir / "dtrain.answer").write_text('[\n  {\n    "name": "train",\n    "status": "Running"\n  }\n]\n')
+    for kind in ("job", "pytorchjob", "mpijob", "notebook"):
+        assert complete(path, f"dtrain describe {kind} t", home, bin_dir=bin_dir) == ["train"], kind
+    assert complete(path, "dtrain describe train ", home, bin_dir=bin_dir) == []  # one name is enough

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from dtrain.cli.lookup import JOB_NOUNS
 from dtrain.cli.workload_flags import WORKLOAD_FLAGS
 
 # seconds one name lookup may take: `dtrain volume list` of a local home takes 0.4 s of CPU, but 1.8 s
@@ -112,7 +113,8 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
         _array("_dtrain_subs", table["subs"]), _array("_dtrain_flags", table["flags"]),
         _array("_dtrain_values", table["values"]), _array("_dtrain_names", names),
         _array("_dtrain_lists", LISTS),
-        _FUNCTION.replace("TIMEOUT", str(COMPLETION_TIMEOUT)).replace("RETRY", str(COMPLETION_RETRY))])
+        _FUNCTION.replace("TIMEOUT", str(COMPLETION_TIMEOUT)).replace("RETRY", str(COMPLETION_RETRY))
+        .replace("NOUNS", " ".join(JOB_NOUNS))])  # `describe pytorchjob X` as `describe job X`
 
 
 # `at` (not `path`: zsh ties $path to $PATH) is the command path read so far: the words that name a
@@ -159,7 +161,7 @@ _dtrain() {
     w=${COMP_WORDS[i]}
     if [[ $w == -- ]]; then COMPREPLY=(); return; fi  # the command's own words: files, as the shell does
     if [[ $w != -* && " ${_dtrain_subs[$at]} " == *" $w "* ]]; then at="$at $w"
-    elif [[ $w != -* && $w != job && $w != jobs && ${COMP_WORDS[i-1]} != -* ]]; then named=1  # `describe job X`
+    elif [[ $w != -* && " NOUNS " != *" $w "* && ${COMP_WORDS[i-1]} != -* ]]; then named=1  # `describe job X`
     fi
   done
   # a flag whose value is optional (cifar10's --resume [true|false]) may be followed by another flag
