@@ -12,6 +12,7 @@ from dtrain.errors import SpecError, Worded
 from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, door_words, given_as, given_fields, given_repr,
                           job_volume_name, named, noun, plain, shown)
 from dtrain.numbers import NumberWord, Typed, plain_numbers, real_number, whole, whole_number
+from dtrain.spec.aliases import FIELD_ALIASES, _did_you_mean, _other_tools  # noqa: F401  (re-exported)
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_RESTARTS, _STORED, _bool, _check_gpu, _check_int, _keys,
                                 _python_text, _text, at_door, check_cpu, check_idle_timeout, check_image,
@@ -384,27 +385,6 @@ class JobSpec:
         return data
 
 
-# What a Kubeflow, Run:AI or SageMaker user writes for a job field (a PyTorchJob's replicas, a
-# SageMaker estimator's instance_count, a pod's args and workingDir): the field it is here.
-FIELD_ALIASES = {"gpus": "gpu", "replicas": "processes", "workers": "processes", "nproc": "processes",
-                 "nproc_per_node": "processes", "instance_count": "processes (or sagemaker.instance_count)",
-                 "args": "command", "cmd": "command", "entrypoint": "command", "environment": "env",
-                 "envs": "env", "pvcs": "volumes", "namespace": "project", "workdir": "working_dir",
-                 "workingdir": "working_dir", "cpus": "cpu", "mem": "memory", "backoff_limit": "max_restarts",
-                 "backofflimit": "max_restarts", "instance_type": "sagemaker.instance_type",
-                 "nodeselector": "node_selector", "nodetype": "node_selector"}
-
-
-def _other_tools(data: Mapping[str, Any]) -> str | None:
-    """What a job file given to `submit -f` is when it is another tool's: a Kubernetes manifest (a Kubeflow
-    PyTorchJob, kubectl's YAML) or a SageMaker CreateTrainingJob request; None for a job file."""
-    if "apiVersion" in data and "kind" in data:
-        return f"a Kubernetes manifest (kind: {shown(data['kind'])}) is no job file (kubectl apply -f takes it)"
-    if "TrainingJobName" in data or "AlgorithmSpecification" in data:
-        return "a SageMaker CreateTrainingJob request is no job file (its settings go in the sagemaker: field)"
-    return None
-
-
 def _number_word(key: str, value):
     """A job file's field with its unquoted 1e3s (NumberWord) read as the flags read them: a number
     where the field (a toleration's seconds too) takes one, the string as typed anywhere else."""
@@ -423,19 +403,6 @@ def _words(value):
     if isinstance(value, (list, tuple)):
         return [_words(v) for v in value] if isinstance(value, list) else tuple(_words(v) for v in value)
     return str(value) if isinstance(value, NumberWord) else value
-
-
-def _did_you_mean(key, known) -> str:
-    """' (did you mean 'gpu'?)' for a field name a user wrote for one of `known`, or ''."""
-    import difflib
-
-    if not isinstance(key, str):
-        return ""
-    folded = key.lower().replace("-", "_")
-    near = FIELD_ALIASES.get(folded.replace("_", "")) or FIELD_ALIASES.get(folded)
-    if near is None:
-        near = next(iter(difflib.get_close_matches(folded, sorted(known), n=1)), None)
-    return f" (did you mean '{near}'?)" if near else ""
 
 
 def _checked_init(init):
