@@ -57,7 +57,7 @@ def test_describe_of_a_kubernetes_notebook_shows_what_its_pod_runs(backend, clus
 
 def _list_args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**{"what": "jobs", "project": "lanes", "all_projects": False, "show_deleted": False,
-                                 "selector": None, "json": False, **kw})
+                                 "selector": None, "status": None, "json": False, **kw})
 
 
 def test_list_of_a_job_whose_pods_are_unreadable_shows_unknown_counts_and_says_why(backend, cluster, tmp_path,
