@@ -112,11 +112,11 @@ def test_a_kubernetes_name_in_use_names_the_delete_to_type_as_locally(dt, home, 
     dt("volume", "create", "data", "--size", "1Gi", "--backend", "kubernetes")
     dt("snapshot", "create", "data", "--name", "data-v1", "--backend", "kubernetes")
     assert_usage_error(refused("volume", "create", "data", "--size", "1Gi"),
-                       "volume 'data' already exists", "(dtrain --backend kubernetes volume delete data)")
+                       "volume 'data' already exists", "'dtrain --backend kubernetes volume delete data'")
     assert_usage_error(refused("snapshot", "create", "data", "--name", "data-v1"),
-                       "snapshot 'data-v1' already exists", "(dtrain --backend kubernetes snapshot delete data-v1)")
+                       "snapshot 'data-v1' already exists", "'dtrain --backend kubernetes snapshot delete data-v1'")
     assert_usage_error(refused("snapshot", "restore", "data-v1", "--to", "data"),
-                       "volume 'data' already exists", "(dtrain --backend kubernetes volume delete data)")
+                       "volume 'data' already exists", "'dtrain --backend kubernetes volume delete data'")
 
 
 def test_a_kubernetes_success_snapshot_records_the_job_spec_as_a_local_one_does(backend, cluster):
