@@ -104,11 +104,7 @@ text_of, attrs_of, click = browser_tests.text_of, browser_tests.attrs_of, browse
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 
 
-def in_browser(test):
-    """Marked as the browser tests are: slow, and skipped without chromium."""
-    for mark in browser_tests.pytestmark:
-        test = mark(test)
-    return test
+in_browser = browser_tests.in_browser
 
 
 def prompted(browser):

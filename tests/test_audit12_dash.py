@@ -67,11 +67,7 @@ browser_tests = pytest.importorskip("test_dashboard_browser")
 text_of = browser_tests.text_of
 
 
-def in_browser(test):
-    """Marked as the browser tests are: slow, and skipped without chromium."""
-    for mark in browser_tests.pytestmark:
-        test = mark(test)
-    return test
+in_browser = browser_tests.in_browser
 
 
 def finished(home, name: str, *command: str, statuses=("Succeeded",)) -> dtrain.Client:

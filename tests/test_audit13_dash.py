@@ -15,11 +15,7 @@ from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
-def in_browser(test):
-    """Marked as the browser tests are: slow, and skipped without chromium."""
-    for mark in browser_tests.pytestmark:
-        test = mark(test)
-    return test
+in_browser = browser_tests.in_browser
 
 
 def projects_shown(browser) -> list:

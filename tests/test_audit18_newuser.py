@@ -3,25 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from test_audit15_fresh import cli  # noqa: F401  (dtrain's main() in this process: the fixture's own test file's)
 
-from dtrain.cli.main import main
 from dtrain.errors import SpecError
-
-
-@pytest.fixture
-def cli(tmp_path, monkeypatch, capsys):
-    """dtrain's main() in this process on a private home: (exit code, stdout, stderr) of a command line."""
-    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-
-    def run(*argv: str) -> tuple[int, str, str]:
-        try:
-            code = main(list(argv))
-        except SystemExit as stop:  # argparse's usage errors
-            code = stop.code
-        out, err = capsys.readouterr()
-        return code, out, err
-    return run
 
 
 @pytest.mark.parametrize("words, meant", [

@@ -28,6 +28,13 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from dtrain.cli.format import size  # noqa: E402
 
+
+def in_browser(test):
+    """Marked as these tests are (slow, and skipped without chromium), for a browser test of another file."""
+    for mark in pytestmark:
+        test = mark(test)
+    return test
+
 # A training-like job: logs a line, writes curves where the platform asks, waits for the test,
 # then writes the line the browser must see arrive live, and saves a "model" on its volume.
 JOB = ("import json, os, time\n"
