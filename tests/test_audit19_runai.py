@@ -128,3 +128,19 @@ def test_completion_offers_job_names_after_a_kubeflow_kind(tmp_path):
     for kind in ("job", "pytorchjob", "mpijob", "notebook"):
         assert complete(path, f"dtrain describe {kind} t", home, bin_dir=bin_dir) == ["train"], kind
     assert complete(path, "dtrain describe train ", home, bin_dir=bin_dir) == []  # one name is enough
+
+
+@pytest.mark.parametrize("word", ["running", "SUCCEEDED", "InProgress", "inPROGRESS", "Stopped", "Done", "runing", "",
+                                  "?\U000f7899", "Running ", "\u212aompleted"])
+def test_the_schemas_status_pattern_takes_what_check_status_takes(word):
+    """The OpenAPI schema says which words ?status= takes, so a schema-valid request is never refused
+    (schemathesis sent '?\\U000f7899', which the schema allowed and check_status refused)."""
+    import re
+
+    from dtrain.server.wire.common import STATUS_FILTER_PATTERN
+    try:
+        check_status(word)
+        taken = True
+    except SpecError:
+        taken = False
+    assert bool(re.fullmatch(STATUS_FILTER_PATTERN, word)) is taken, word

@@ -4,7 +4,7 @@ refusal (`Error`) and the statuses every route may answer, and the `Warning` hea
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, WrapValidator
@@ -16,7 +16,11 @@ from dtrain.numbers import real_number, whole, whole_number
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
 # The ?status= filter: one of STATUSES in any case, or SageMaker's word for one (InProgress, Completed, Stopping,
 # Stopped); the client's check_status reads it, so the HTTP API, the SDK and the CLI take the same words
-STATUS_FILTER = Annotated[str | None, Query(max_length=32, description=(
+STATUS_FILTER_WORDS = (*get_args(STATUSES), "InProgress", "Completed", "Stopping", "Stopped")
+# each word in any case, as check_status reads it (str.lower), in a pattern the schema shows (ECMA 262 has no (?i))
+STATUS_FILTER_PATTERN = "^(?:" + "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in word)
+                                          for word in STATUS_FILTER_WORDS) + ")$"
+STATUS_FILTER = Annotated[str | None, Query(max_length=32, pattern=STATUS_FILTER_PATTERN, description=(
     "only the jobs in this status: Pending, Running, Succeeded, Failed, Deleted or Suspended, in any case; "
     "SageMaker's InProgress and Stopping read as Running, Completed as Succeeded, Stopped as Deleted"))]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
