@@ -6,6 +6,7 @@ of the local SageMaker root, as LocalSageMaker.create_training_job leaves it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
@@ -67,6 +68,19 @@ HOLDER = ("import sys; from pathlib import Path; from dtrain.backends.sagemaker.
           "Runner(Path(sys.argv[1]), sys.argv[2]).prepare(); print('ready', flush=True); sys.stdin.read()")
 
 
+@contextlib.contextmanager
+def _holding(root: Path, name: str):
+    """Job `name`'s runner prepared in a process of its own (HOLDER) while the block runs; it ends cleanly after."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), name], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "ready\n"
+        yield
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+
+
 @pytest.mark.parametrize("where", ["s3", "file"])
 def test_a_second_local_job_given_a_running_jobs_checkpoint_uri_is_refused(tmp_path, where):
     """Each job locked a file of its own host's /opt/ml where the checkpoint folder took no flock (NFS), so two
@@ -74,19 +88,13 @@ def test_a_second_local_job_given_a_running_jobs_checkpoint_uri_is_refused(tmp_p
     uri = "s3://bucket/shared/ckpt" if where == "s3" else f"file://{tmp_path / 'nfs' / 'ckpt'}"
     for name in ("j1", "j2"):
         _job(tmp_path, name, checkpoint={"S3Uri": uri})
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "j1"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "ready\n"
+    with _holding(tmp_path, "j1"):
         with pytest.raises(CheckpointsInUse) as refused:
             Runner(tmp_path, "j2").prepare()
         assert str(refused.value) == (f"the checkpoint folder of {uri} is in use by the local job j1, which writes "
                                       f"its checkpoints there: wait for it to end, or give this job another "
                                       f"--checkpoint-s3-uri")
         assert not (tmp_path / "jobs" / "j2" / "hosts").exists()  # refused before anything was laid out
-    finally:
-        holder.stdin.close()
-        assert holder.wait(timeout=60) == 0
     Runner(tmp_path, "j2").prepare()  # the first job has ended: its lock went with it
     assert not list((tmp_path / "s3").rglob("*.training.lock"))  # no object of the local S3
 
@@ -104,10 +112,7 @@ def test_a_local_job_given_a_uri_nested_with_a_running_jobs_is_refused(tmp_path,
     _job(tmp_path, "j2", checkpoint={"S3Uri": second})
     _job(tmp_path, "j3", checkpoint={"S3Uri": base + "2"})
     _job(tmp_path, "j4", checkpoint={"S3Uri": outer + "/j4"})  # within the outer: only given while it is free
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "j1"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "ready\n"
+    with _holding(tmp_path, "j1"):
         with pytest.raises(CheckpointsInUse) as refused:
             Runner(tmp_path, "j2").prepare()
         how = (f"lies within the one the local job j1 writes its checkpoints to: wait for it to end, or give this job "
@@ -119,9 +124,6 @@ def test_a_local_job_given_a_uri_nested_with_a_running_jobs_is_refused(tmp_path,
         Runner(tmp_path, "j3").prepare()  # ckpt2: not within ckpt
         if running == "inner":
             Runner(tmp_path, "j4").prepare()  # a sibling of the running job's folder
-    finally:
-        holder.stdin.close()
-        assert holder.wait(timeout=60) == 0
     Runner(tmp_path, "j2").prepare()  # the first job has ended: its lock went with it
 
 
@@ -138,12 +140,9 @@ def test_submit_refuses_a_local_job_given_a_running_jobs_checkpoint_uri_in_one_l
     _job(root, "j1", checkpoint={"S3Uri": uri})
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("pass\n")
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), "j1"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
     line = ("the checkpoint folder of {} is in use by the local job j1, which writes its checkpoints there: wait for "
             "it to end, or give this job another --checkpoint-s3-uri")
-    try:
-        assert holder.stdout.readline() == "ready\n"
+    with _holding(root, "j1"):
         for given in (uri, uri + "/"):
             with pytest.raises(ConflictError) as refused:
                 Client(home=home, backend="sagemaker").submit(JobSpec(
@@ -161,9 +160,6 @@ def test_submit_refuses_a_local_job_given_a_running_jobs_checkpoint_uri_in_one_l
             LocalSageMaker(root).create_training_job(**req)
         assert refused.value.response["Error"]["Message"] == line.format(uri)
         assert not (root / "jobs" / "j2").exists()
-    finally:
-        holder.stdin.close()
-        assert holder.wait(timeout=60) == 0
 
 
 def test_the_runner_fails_the_second_job_with_the_refusal_as_its_reason(tmp_path):
@@ -173,16 +169,10 @@ def test_the_runner_fails_the_second_job_with_the_refusal_as_its_reason(tmp_path
     (tmp_path / "jobs" / "j2" / "state.json").write_text(json.dumps(
         {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting", "CreationTime": 0.0,
          "transitions": [{"Status": "Starting", "StartTime": 0.0, "StatusMessage": "Preparing"}]}))
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), "j1"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline() == "ready\n"
+    with _holding(tmp_path, "j1"):
         run = subprocess.run([sys.executable, "-m", "dtrain.backends.sagemaker.runner", str(tmp_path), "j2"],
                              timeout=120)
         assert run.returncode == 0
-    finally:
-        holder.stdin.close()
-        assert holder.wait(timeout=60) == 0
     state = json.loads((tmp_path / "jobs" / "j2" / "state.json").read_text())
     assert state["TrainingJobStatus"] == "Failed"
     assert state["FailureReason"] == ("ClientError: the checkpoint folder of s3://bucket/shared/ckpt is in use by "
