@@ -117,9 +117,7 @@ def prompted(browser):
     return wait_until(shown, what="the prompt")
 
 
-def no_errors(browser, but: str | None = None) -> None:
-    """No error in the page's console; `but`: one whose words hold it is expected (a 404 the page asked for)."""
-    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and not (but and but in e["message"])]
+no_errors = browser_tests.no_errors
 
 
 @in_browser

@@ -111,8 +111,7 @@ def test_a_jobs_gpu_utilisation_and_memory_are_shown_in_the_jobs_table_and_on_it
             wait_until(lambda: "3Gi" in browser.execute_script(axis), what="the job's GPU memory chart")
             browser.get(server.url + "/#/job/cpu-only")
             wait_until(lambda: text_of(browser, "#job-gpu-now") == "- (no GPU held)", what="a CPU job's GPU use")
-            severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-            assert not severe, severe
+            browser_tests.no_errors(browser)
     finally:
         server.stop()
 
@@ -150,8 +149,7 @@ def test_the_nodes_page_names_a_gpus_job_project_and_a_jobs_head_its_cpu_and_mem
             wait_until(lambda: text_of(browser, "#job-requests") == "0.5 / 1Gi", what="the job's requests")
             browser.get(server.url + "/#/job/bare")
             wait_until(lambda: text_of(browser, "#job-requests") == "- / -", what="a job requesting neither")
-            severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
-            assert not severe, severe
+            browser_tests.no_errors(browser)
     finally:
         server.stop()
 

@@ -35,6 +35,11 @@ def in_browser(test):
         test = mark(test)
     return test
 
+
+def no_errors(browser, but: str | None = None) -> None:
+    """No error in the page's console; `but`: one whose words hold it is expected (a 404 the page asked for)."""
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE" and not (but and but in e["message"])]
+
 # A training-like job: logs a line, writes curves where the platform asks, waits for the test,
 # then writes the line the browser must see arrive live, and saves a "model" on its volume.
 JOB = ("import json, os, time\n"
