@@ -69,6 +69,17 @@ def test_a_launchers_process_flag_names_processes(cli, verb, flag, launcher):
     assert cli("list", "-A", "--json")[1].strip() == "[]"  # nothing was submitted
 
 
+def _proc_state(pid: int) -> str:
+    """A running process's state, blocked and ignored signals and kernel wait channel, from /proc."""
+    try:
+        status = open(f"/proc/{pid}/status").read().splitlines()
+        wchan = open(f"/proc/{pid}/wchan").read()
+    except OSError as e:
+        return f"/proc/{pid} unreadable ({e})"
+    keep = [line for line in status if line.split(":")[0] in ("State", "SigBlk", "SigIgn", "SigCgt")]
+    return "; ".join(keep + [f"wchan: {wchan}"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("verb", [["logs", "ticker", "-f"], ["wait", "quick", "ticker"]])
 def test_ctrl_c_in_logs_follow_or_wait_says_the_job_goes_on(dt, verb):
@@ -83,7 +94,13 @@ def test_ctrl_c_in_logs_follow_or_wait_says_the_job_goes_on(dt, verb):
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().startswith("tick" if verb[0] == "logs" else "quick: Succeeded")
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # seen once under load: say where the process was, for the cause
+        seen = _proc_state(proc.pid)
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"dtrain {' '.join(verb)} still ran 30 s after SIGINT: {seen}") from None
     doing = "following the logs of" if verb[0] == "logs" else "waiting for"
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines() == [f"dtrain: stopped {doing} job 'ticker'; the job goes on (stop it with "
