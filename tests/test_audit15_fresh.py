@@ -90,8 +90,11 @@ def test_ctrl_c_in_logs_follow_or_wait_says_the_job_goes_on(dt, verb):
     dt.wait_for("quick", {"Succeeded"})
     dt("submit", "ticker", "--", "sh", "-c", "echo tick; sleep 600")
     dt.wait_running("ticker")  # logs -f on a job still Pending after a moment says so first (its own test)
+    # As a terminal's shell starts a foreground command: SIGINT at its default, whatever this test inherited (a
+    # run started in the background by a script ignores SIGINT, and the command kept that: it never saw Ctrl-C)
     proc = subprocess.Popen([DTRAIN, *verb], env={**dt.env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().startswith("tick" if verb[0] == "logs" else "quick: Succeeded")
     os.killpg(proc.pid, signal.SIGINT)
     try:
