@@ -72,14 +72,12 @@ def test_notebook_start_json_is_the_record_and_list_shows_what_each_holds(dt: Dt
     ("Running", " (or open it: 'dtrain notebook open lab -p team')"),
     ("Suspended", " (or go on with it: 'dtrain resume lab -p team')"),
     ("Failed", "")])
-def test_starting_a_notebook_that_exists_names_the_way_back_to_it(tmp_path, status, again):
+def test_starting_a_notebook_that_exists_names_the_way_back_to_it(store, tmp_path, status, again):
     """`dtrain notebook lab` run again the next day said only 'a job named ... pick another name or
     delete it', where the notebook is there to open."""
-    from dtrain.backends.local.store import JobStore
     from dtrain.errors import ConflictError
     from dtrain.spec import notebook_spec
 
-    store = JobStore(tmp_path / "state.db")
     store.insert_job(notebook_spec("lab", project="team"), cwd=str(tmp_path), node="vm")
     assert store.set_status("lab", "Running")
     if status != "Running":

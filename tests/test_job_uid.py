@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, job_store
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 from dtrain.storage import volumes
@@ -19,8 +19,14 @@ def _spec(name: str) -> JobSpec:
     return JobSpec(name=name, command=["true"])
 
 
-def test_each_submit_of_a_name_gets_its_own_uid(home):
-    store = JobStore(home / "state.db")
+@pytest.fixture
+def home_store(home):
+    """The JobStore over home's state.db, closed at the end."""
+    with job_store(home) as store:
+        yield store
+
+
+def test_each_submit_of_a_name_gets_its_own_uid(store):
     store.insert_job(_spec("t"), cwd="/", node="n")
     first = JobStore.uid(store.job("t"))
     store.set_status("t", "Failed", "done")
@@ -47,8 +53,8 @@ def test_a_home_of_before_uids_keeps_its_jobs_and_snapshots_readable(home):
                  "'old', NULL, NULL, 0, 0, 0, 'cas')")
     conn.commit()
     conn.close()
-    store = JobStore(home / "state.db")
-    assert JobStore.uid(store.job("old")) is None and store.uids() == {}
+    with job_store(home) as store:
+        assert JobStore.uid(store.job("old")) is None and store.uids() == {}
     storage = Storage(home)
     try:
         assert storage.get_snapshot("s").job == "old" and storage.get_snapshot("s").job_uid is None
@@ -106,22 +112,21 @@ def test_the_lineage_draws_an_earlier_runs_snapshot_apart_from_the_job_now_so_na
     assert edges == {("job:t@old", "snapshot:old"), ("job:t", "snapshot:new")}
 
 
-def _succeeded_with_snapshot(home, name: str) -> tuple[JobStore, str]:
-    """Job `name` Succeeded with its snapshot `<name>-success` recorded (the supervisor's end), and its uid."""
-    store = JobStore(home / "state.db")
+def _succeeded_with_snapshot(store: JobStore, name: str) -> str:
+    """Job `name` Succeeded with its snapshot `<name>-success` recorded (the supervisor's end); its uid."""
     store.insert_job(_spec(name), cwd="/", node="n")
     for status in ("Running", "Succeeded"):
         store.set_status(name, status, "done", snapshot=f"{name}-success" if status == "Succeeded" else None)
-    return store, JobStore.uid(store.job(name))
+    return JobStore.uid(store.job(name))
 
 
-def test_describe_job_tells_its_snapshot_by_uid_not_by_name_and_time(home):
+def test_describe_job_tells_its_snapshot_by_uid_not_by_name_and_time(home, home_store):
     """`describe job`'s "(deleted)" matched the job's snapshot by name, job name and time: a snapshot
     whose clock read before the job's (a clock stepped back) was said deleted while there, and another
     run's of that name was taken for the job's. Where the uid is recorded, it decides."""
     from dtrain.backends.local.backend import LocalBackend
 
-    store, uid = _succeeded_with_snapshot(home, "t")
+    uid = _succeeded_with_snapshot(home_store, "t")
     storage = Storage(home)
     try:
         storage.create_volume("v", size="1Mi")
@@ -137,10 +142,10 @@ def test_describe_job_tells_its_snapshot_by_uid_not_by_name_and_time(home):
         storage.close()
 
 
-def test_describe_job_keeps_the_time_rule_for_a_snapshot_without_a_uid(home):
+def test_describe_job_keeps_the_time_rule_for_a_snapshot_without_a_uid(home, home_store):
     from dtrain.backends.local.backend import LocalBackend
 
-    _succeeded_with_snapshot(home, "t")
+    _succeeded_with_snapshot(home_store, "t")
     storage = Storage(home)
     try:
         storage.create_volume("v", size="1Mi")
@@ -154,19 +159,19 @@ def test_describe_job_keeps_the_time_rule_for_a_snapshot_without_a_uid(home):
         storage.close()
 
 
-def test_local_snapshot_list_and_describe_mark_an_earlier_run_without_job(home):
+def test_local_snapshot_list_and_describe_mark_an_earlier_run_without_job(home, home_store):
     """Plain `snapshot list` and `snapshot describe` mark an earlier run's snapshot as `--job` does
     (one rule, Backend._mark_earlier_runs; the local backend reads every uid in one query)."""
     from dtrain.backends.local.backend import LocalBackend
 
-    store, first = _succeeded_with_snapshot(home, "t")
+    first = _succeeded_with_snapshot(home_store, "t")
     storage = Storage(home)
     try:
         storage.create_volume("v", size="1Mi")
         storage.create_snapshot("v", name="old", job="t", job_uid=first)
-        store.set_status("t", "Deleted", "purged")
-        store.purge("t")
-        _, second = _succeeded_with_snapshot(home, "t")
+        home_store.set_status("t", "Deleted", "purged")
+        home_store.purge("t")
+        second = _succeeded_with_snapshot(home_store, "t")
         storage.create_snapshot("v", name="new", job="t", job_uid=second)
         backend = LocalBackend(home, storage=storage)
         assert {s.name: s.earlier_run for s in backend.list_snapshots()} == {"old": True, "new": False}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, job_store
 from dtrain.backends.local.launch import job_env, physical_cores, pick_cores, rank_cores
 from dtrain.backends.local.rankrun import rank_cpus
 from dtrain.spec import JobSpec
@@ -92,7 +92,6 @@ HOLD = ("import os, sys, time; print('cores', sorted(os.sched_getaffinity(0)), f
 def test_concurrent_cpu_jobs_get_different_cores_and_share_when_none_is_free(dt: Dtrain, tmp_path):
     """Two --cpu 1 jobs at once must not both sit on the first core while another idles; a third
     that finds no free core runs unpinned; a finished job's cores are free again."""
-    from dtrain.backends.local.store import JobStore
     cores = sorted(os.sched_getaffinity(0))
     go = tmp_path / "go"
     names = [f"p{i}" for i in range(len(cores))] + ["extra"]
@@ -109,12 +108,13 @@ def test_concurrent_cpu_jobs_get_different_cores_and_share_when_none_is_free(dt:
         seen[name] = out
     assert sorted(seen[f"p{i}"] for i in range(len(cores))) == sorted(f"cores [{c}]" for c in cores)
     assert seen["extra"] == f"cores {cores}"  # nothing free: unpinned, not stacked on core 0
-    store = JobStore(dt.home / "state.db")
-    assert sorted(store.pinned_cores()) == cores and store.job_cores("extra") == []
+    with job_store(dt.home) as store:
+        assert sorted(store.pinned_cores()) == cores and store.job_cores("extra") == []
     go.touch()
     for name in names:
         assert dt("wait", name, "--timeout", "120").returncode == 0
-    assert store.pinned_cores() == {}
+    with job_store(dt.home) as store:
+        assert store.pinned_cores() == {}
     dt("submit", "again", "--cpu", "1", "--", sys.executable, "-c", HOLD, str(go))
     assert dt("wait", "again", "--timeout", "120").returncode == 0
     assert dt("logs", "again").stdout.split("\n")[0] == f"cores [{cores[0]}]"

@@ -194,16 +194,14 @@ def test_a_job_whose_log_fills_the_home_disk_fails_once_saying_what_to_free(tmp_
         assert "Traceback" not in (home / "jobs" / "j1" / "supervisor.log").read_text()
 
 
-def test_a_supervisor_write_the_disk_refuses_fails_the_job_naming_it_without_a_traceback(tmp_path, monkeypatch,
-                                                                                         capsys):
+def test_a_supervisor_write_the_disk_refuses_fails_the_job_naming_it_without_a_traceback(store, tmp_path,
+                                                                                         monkeypatch, capsys):
     """A write the supervisor needed (launcher.json, an event) refused for want of room went to main's
     catch-all: "supervisor error: ..." and a re-raised traceback, or, with the database's write refused
     too, nothing recorded and the job read "killed, or the machine restarted"."""
     from dtrain.backends.local import supervisor
-    from dtrain.backends.local.store import JobStore
     from dtrain.spec import JobSpec
 
-    store = JobStore(tmp_path / "state.db")
     store.insert_job(JobSpec(name="j", command=("true",)), cwd=str(tmp_path), node="here")
     (tmp_path / "jobs" / "j" / "logs").mkdir(parents=True)
     refused = tmp_path / "jobs" / "j" / "launcher.json"
@@ -220,4 +218,3 @@ def test_a_supervisor_write_the_disk_refuses_fails_the_job_naming_it_without_a_t
                               f"the disk holding {tmp_path} refused it: free space there (df -h {tmp_path}), then "
                               f"submit the job again")
     assert capsys.readouterr().err == ""
-    store.close()

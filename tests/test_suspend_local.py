@@ -137,20 +137,19 @@ def test_resume_waits_for_a_supervisor_still_stopping(dt: Dtrain, tmp_path):
 def test_two_resumes_at_once_queue_it_once(home):
     """The store moves Suspended -> Pending only from Suspended: the second of two resumes is refused
     (Pending -> Pending would be a relaunch, starting a second supervisor)."""
-    from dtrain.backends.local.store import JobStore
     from dtrain.errors import ConflictError
     from dtrain.spec import JobSpec
 
-    store = JobStore(home / "state.db")
-    store.insert_job(JobSpec(name="j", command=("true",)), cwd=str(home), node="n")
-    assert store.set_status("j", "Suspended", "suspended by the user")
-    store.resume("j", "resumed")
-    with pytest.raises(ConflictError, match="job 'j' is Pending: only a Suspended job can be resumed"):
+    with job_store(home) as store:
+        store.insert_job(JobSpec(name="j", command=("true",)), cwd=str(home), node="n")
+        assert store.set_status("j", "Suspended", "suspended by the user")
         store.resume("j", "resumed")
-    assert [e["status"] for e in store.events("j")] == ["Pending", "Suspended", "Pending"]
-    assert store.set_status("j", "Suspended", "x")  # Pending -> Suspended is allowed
-    assert not store.set_status("j", "Running", "x")  # Suspended -> Running is not: a late supervisor loses
-    assert not store.set_status("j", "Failed", "x")
+        with pytest.raises(ConflictError, match="job 'j' is Pending: only a Suspended job can be resumed"):
+            store.resume("j", "resumed")
+        assert [e["status"] for e in store.events("j")] == ["Pending", "Suspended", "Pending"]
+        assert store.set_status("j", "Suspended", "x")  # Pending -> Suspended is allowed
+        assert not store.set_status("j", "Running", "x")  # Suspended -> Running is not: a late supervisor loses
+        assert not store.set_status("j", "Failed", "x")
 
 
 def test_the_http_api_suspends_and_resumes(home, tmp_path):
