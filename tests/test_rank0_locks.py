@@ -197,6 +197,22 @@ def _refused_on_every_rank(write, path, err: int, fix: str) -> None:
     assert str(e.value) == f"rank 0 found that {path} cannot be written ({why}), so rank 1 stops too: {fix}"
 
 
+def _lanes_refused_then_written(monkeypatch, out, name: str, err: int):
+    """lanes' files in `out` with out/name's open failing for `err`: refused in one line naming it and --out-dir on
+    every rank; then, the disk back, rank 0's next run over `out` (returned: its train.log, open)."""
+    from dtrain.workloads.lanes.train import one_training_writes
+
+    _clean_env(monkeypatch)
+    _failing_open(monkeypatch, out / name, err)
+    _fake_all_reduce(monkeypatch)
+    _refused_on_every_rank(lambda rank: one_training_writes(out, out, rank), out / name, err,
+                           _advice(err, "give this run another --out-dir"))
+    monkeypatch.undo()
+    _clean_env(monkeypatch)
+    _fake_all_reduce(monkeypatch)
+    return one_training_writes(out, out, MAIN)
+
+
 OPEN_ERRORS = pytest.mark.parametrize("err", [errno.EIO, errno.EACCES, errno.EROFS, errno.ENOSPC],
                                       ids=["EIO", "EACCES", "EROFS", "ENOSPC"])
 
@@ -225,19 +241,9 @@ def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, t
     """lanes' train.log, opened by rank 0 before any work: its open failing was the OSError itself on rank 0 (a
     traceback for EIO). It is one line naming the file and --out-dir, on rank 0 and on every other rank; nothing
     is left held."""
-    from dtrain.workloads.lanes.train import one_training_writes
-
-    _clean_env(monkeypatch)
     out = tmp_path / "run"
     out.mkdir()
-    _failing_open(monkeypatch, out / "train.log", err)
-    _fake_all_reduce(monkeypatch)
-    _refused_on_every_rank(lambda rank: one_training_writes(out, out, rank), out / "train.log", err,
-                           _advice(err, "give this run another --out-dir"))
-    monkeypatch.undo()
-    _clean_env(monkeypatch)
-    _fake_all_reduce(monkeypatch)
-    log = one_training_writes(out, out, MAIN)  # the disk is back: the run holds its folder and logs
+    log = _lanes_refused_then_written(monkeypatch, out, "train.log", err)  # the run holds its folder and logs
     log("step 1")
     log.close()
     assert (out / "train.log").read_text().endswith(" step 1\n")
@@ -248,19 +254,9 @@ def test_lanes_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeyp
     """lanes opened metrics.jsonl after rank 0's checks: its open failing was the OSError itself on rank 0 alone (a
     traceback for EIO) while the other ranks went on to their first collective. It is opened with the checked files:
     one line naming it and --out-dir, on rank 0 and on every other rank, with train.log let go."""
-    from dtrain.workloads.lanes.train import one_training_writes
-
-    _clean_env(monkeypatch)
     out = tmp_path / "run"
     out.mkdir()
-    _failing_open(monkeypatch, out / "metrics.jsonl", err)
-    _fake_all_reduce(monkeypatch)
-    _refused_on_every_rank(lambda rank: one_training_writes(out, out, rank), out / "metrics.jsonl", err,
-                           _advice(err, "give this run another --out-dir"))
-    monkeypatch.undo()
-    _clean_env(monkeypatch)
-    _fake_all_reduce(monkeypatch)
-    log = one_training_writes(out, out, MAIN)  # train.log was let go: the next run holds the folder
+    log = _lanes_refused_then_written(monkeypatch, out, "metrics.jsonl", err)  # train.log was let go
     log.metrics.log(step=1)
     log.close()
     assert '"step": 1' in (out / "metrics.jsonl").read_text()
