@@ -111,6 +111,13 @@ def stored_job(home: Path, name: str):
         return store.job(name)
 
 
+def gated(folder: Path, name: str = "go") -> tuple[str, Path]:
+    """Python code for a job's process that waits until the file folder/name appears, and that file: the
+    test writes it when the job may end (code to run after the wait follows on a line of its own)."""
+    gate = folder / name
+    return f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)", gate
+
+
 def wait_through(event, wait, *, after: float = 0.3):
     """`wait()`'s answer, while `event()` (a controller's, a driver's) happens `after` seconds into it, on a
     timer's thread (joined before this returns)."""

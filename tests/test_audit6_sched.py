@@ -9,7 +9,7 @@ import pytest
 from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
-from conftest import Dtrain
+from conftest import Dtrain, gated
 
 
 def queue(store: JobStore, name: str, *, project: str = "default", gpu: int = 1, processes: int = 1) -> JobSpec:
@@ -125,8 +125,7 @@ def test_cli_in_quota_job_runs_before_younger_default_jobs(dt_gpus: Dtrain, tmp_
     dt = dt_gpus
     dt("project", "create", "a", "--gpu-quota", "2")
     dt("project", "create", "b", "--gpu-quota", "1")  # d1 runs within it: not preempted for a1
-    gate = tmp_path / "go"
-    hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    hold, gate = gated(tmp_path)
     dt("submit", "d1", "-p", "b", "--gpu", "1", "--", "python", "-c", hold)
     dt.wait_for("d1", {"Running"})
     dt("submit", "a1", "-p", "a", "--gpu", "2", "--", "true")
@@ -149,8 +148,7 @@ def test_lowering_a_quota_below_what_runs_says_what_happens(dt_gpus: Dtrain, tmp
     N would now never start."""
     dt = dt_gpus
     dt("project", "create", "q", "--gpu-quota", "1")
-    gate = tmp_path / "go"
-    hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    hold, gate = gated(tmp_path)
     dt("submit", "r1", "-p", "q", "--gpu", "1", "--", "python", "-c", hold)
     dt.wait_for("r1", {"Running"})
     dt("submit", "w", "-p", "q", "--gpu", "1", "--", "true")

@@ -13,7 +13,7 @@ import pytest
 from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
-from conftest import Dtrain, counter_script
+from conftest import Dtrain, counter_script, gated
 from server_util import wait_until
 
 
@@ -137,9 +137,8 @@ def test_an_in_quota_job_preempts_an_over_quota_one_which_resumes_after_it(dt_gp
     dt("submit", "long", "--gpu", "2", "--max-restarts", "0", "--working-dir", str(tmp_path), "--",
        "python", "count.py")
     wait_until(lambda: "start at 0" in dt("logs", "long").stdout, what="long started")
-    gate = tmp_path / "go"
-    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "python", "-c",
-       f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)")
+    hold, gate = gated(tmp_path)
+    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "python", "-c", hold)
     info = dt.wait_for("urgent", {"Running"}, timeout=60)
     assert info["gpus_allocated"] == 1
     long = dt.json("describe", "job", "long")

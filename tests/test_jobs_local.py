@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DTRAIN, Dtrain, assert_usage_error, rank_record
+from conftest import DTRAIN, Dtrain, assert_usage_error, gated, rank_record
 
 ALLREDUCE = str(Path(__file__).parent / "jobs" / "allreduce.py")
 PY = sys.executable
@@ -39,9 +39,9 @@ def dump_state(home: Path) -> list:
 def test_two_process_allreduce_runs_detached_and_reports_truth(dt: Dtrain, tmp_path, verb, extra):
     if verb == "submit-mpi" and not shutil.which("mpirun"):
         pytest.skip("OpenMPI is not installed (make setup installs it)")
-    gate = tmp_path / "go"
     # the job waits for a file, so it is provably still running after `submit` returned
-    script = f"import os,time,runpy\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\nrunpy.run_path({ALLREDUCE!r})"
+    hold, gate = gated(tmp_path)
+    script = f"{hold}\nimport runpy\nrunpy.run_path({ALLREDUCE!r})"
     (tmp_path / "job.py").write_text(script)
     out = dt(verb, "ar", "--processes", "2", *extra, "--", "python", str(tmp_path / "job.py"))
     assert "submitted" in out.stdout
@@ -80,9 +80,8 @@ def test_logs_follow_streams_until_the_job_ends(dt: Dtrain):
 @pytest.mark.slow
 def test_gang_scheduling_never_shares_a_device(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
-    gate = tmp_path / "release"
-    wait = f"import os,time\nprint(os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n" \
-           f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    hold, gate = gated(tmp_path, "release")
+    wait = f"import os\nprint(os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n{hold}"
     dt("submit-dist", "first", "--processes", "2", "--gpu", "1", "--", "python", "-c", wait)
     dt.wait_for("first", {"Running"})
     dt("submit", "second", "--gpu", "1", "--", "python", "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
@@ -112,8 +111,7 @@ def test_gang_scheduling_never_shares_a_device(dt_gpus: Dtrain, tmp_path):
 def test_fifo_within_project_and_quota(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "1")
-    gate = tmp_path / "go"
-    hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    hold, gate = gated(tmp_path)
     dt("submit", "a", "-p", "team", "--gpu", "1", "--", "python", "-c", hold)
     dt.wait_for("a", {"Running"})
     dt("submit", "b", "-p", "team", "--gpu", "1", "--", "true")   # over quota: waits

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, gated
 from test_jobs_local import dump_state
 
 WRITE_RANK_FILE = "import os; open(f\"/mnt/rank-{os.environ['RANK']}.txt\", 'w').write(os.environ['RANK'])"
@@ -101,8 +101,8 @@ def test_snapshot_on_success_links_job_and_lineage(dt: Dtrain):
 def test_snapshot_failure_fails_the_job_and_keeps_the_results(dt: Dtrain, tmp_path):
     dt("volume", "create", "keep")
     dt("volume", "create", "gone")
-    gate = tmp_path / "go"
-    code = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\nopen('/mnt/out.txt','w').write('result')"
+    hold, gate = gated(tmp_path)
+    code = f"{hold}\nopen('/mnt/out.txt','w').write('result')"
     dt("submit", "nosnap", "--pvc", "keep:/mnt", "-e", "ENABLE_SNAPSHOT=true", "-e", "PVC_NAME=gone", "--",
        "python", "-c", code)
     dt.wait_for("nosnap", {"Running"})
@@ -146,9 +146,8 @@ def test_storage_bad_input_is_clear_and_changes_nothing(dt: Dtrain, tmp_path, ar
     dt("volume", "create", "busy")
     (volume_path(dt, "busy") / "a.txt").write_text("a")
     dt("snapshot", "create", "busy", "--name", "busy-v1")
-    gate = tmp_path / "go"
-    dt("submit", "holder", "--pvc", "busy:/mnt", "--", "python", "-c",
-       f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)")
+    hold, gate = gated(tmp_path)
+    dt("submit", "holder", "--pvc", "busy:/mnt", "--", "python", "-c", hold)
     dt.wait_for("holder", {"Running"})
     before = (dump_state(dt.home), tree(volume_path(dt, "busy")), sorted(os.listdir(dt.home / "volumes")))
     proc = dt(*args, check=False)
