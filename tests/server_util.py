@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -78,6 +80,21 @@ class ThreadServer:
         self.server.should_exit = True
         self.thread.join(timeout=20)
         self.sock.close()
+
+
+@contextlib.contextmanager
+def local_api(home: Path) -> Iterator[httpx.Client]:
+    """A client of the HTTP API over home's local backend, served by a ThreadServer (the nodes not sampled),
+    stopped at the end."""
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            yield http
+    finally:
+        server.stop()
 
 
 def wait_until(check, timeout: float = 60, what: str = "condition"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from dtrain import Client
@@ -13,10 +12,9 @@ from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
 from dtrain.backends.local.logfiles import LogFiles
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.server.app import create_app
 from dtrain.spec import JobSpec
 
-from server_util import ThreadServer
+from server_util import local_api
 
 RETRY = "echo attempt $DTRAIN_ATTEMPT rank $RANK; [ $DTRAIN_ATTEMPT -ge 1 ]"
 
@@ -74,15 +72,11 @@ def test_sdk_and_http_api_take_previous(restarted, home):
     assert [ln.text for ln in client.logs("retry", previous=True, rank=0)] == ["attempt 0 rank 0"]
     with pytest.raises(SpecError, match="cannot be followed"):
         client.logs("retry", previous=True, follow=True)
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
-            now = http.get("/api/v1/jobs/retry/logs", params={"rank": 0})
-            before = http.get("/api/v1/jobs/retry/logs", params={"rank": 0, "previous": "true"})
-            assert [x["text"] for x in now.json()] == ["attempt 1 rank 0"]
-            assert [x["text"] for x in before.json()] == ["attempt 0 rank 0"]
-    finally:
-        server.stop()
+    with local_api(home) as http:
+        now = http.get("/api/v1/jobs/retry/logs", params={"rank": 0})
+        before = http.get("/api/v1/jobs/retry/logs", params={"rank": 0, "previous": "true"})
+        assert [x["text"] for x in now.json()] == ["attempt 1 rank 0"]
+        assert [x["text"] for x in before.json()] == ["attempt 0 rank 0"]
 
 
 def test_a_window_reads_only_its_part_of_a_rank_log(tmp_path):

@@ -181,33 +181,26 @@ def test_a_local_job_gets_what_the_toolkit_gives_for_the_sdks_request(home, tmp_
 
 def test_the_http_api_keeps_the_types_and_refuses_as_the_cli_does(home, tmp_path):
     pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
-    import httpx
-
     from dtrain import Client
-    from dtrain.server.app import create_app
-    from server_util import ThreadServer
+    from server_util import local_api
 
     (tmp_path / "train.py").write_text("")
     Dtrain(home)("config", "backend", "sagemaker")
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
-            body = {"name": "hpa", "command": ["python", "train.py"], "backend": "sagemaker",
-                    "sagemaker": {"local": True, "source_dir": str(tmp_path), "hyperparameters": TYPED}}
-            r = http.post("/api/v1/jobs", json=body)
-            assert r.status_code == 201, r.text
-            assert r.json()["spec"]["sagemaker"]["hyperparameters"] == TYPED
-            got = http.get("/api/v1/jobs/hpa")
-            assert got.status_code == 200, got.text
-            back = got.json()["spec"]["sagemaker"]["hyperparameters"]
-            assert back == TYPED and [type(v) for v in back.values()] == [type(v) for v in TYPED.values()]
-            bad = {**body, "name": "hpb", "sagemaker": {**body["sagemaker"], "hyperparameters": {"ids": [1, 2]}}}
-            r = http.post("/api/v1/jobs", json=bad)
-            assert r.status_code == 422, r.text
-            api_error = r.json()["error"]
-            Client(home=home).wait("hpa", timeout=120)
-    finally:
-        server.stop()
+    with local_api(home) as http:
+        body = {"name": "hpa", "command": ["python", "train.py"], "backend": "sagemaker",
+                "sagemaker": {"local": True, "source_dir": str(tmp_path), "hyperparameters": TYPED}}
+        r = http.post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        assert r.json()["spec"]["sagemaker"]["hyperparameters"] == TYPED
+        got = http.get("/api/v1/jobs/hpa")
+        assert got.status_code == 200, got.text
+        back = got.json()["spec"]["sagemaker"]["hyperparameters"]
+        assert back == TYPED and [type(v) for v in back.values()] == [type(v) for v in TYPED.values()]
+        bad = {**body, "name": "hpb", "sagemaker": {**body["sagemaker"], "hyperparameters": {"ids": [1, 2]}}}
+        r = http.post("/api/v1/jobs", json=bad)
+        assert r.status_code == 422, r.text
+        api_error = r.json()["error"]
+        Client(home=home).wait("hpa", timeout=120)
     (tmp_path / "job.yaml").write_text(json.dumps(bad))
     cli = subprocess.run([DTRAIN, "submit", "-f", str(tmp_path / "job.yaml")], capture_output=True, text=True,
                          env={**os.environ, "DTRAIN_HOME": str(home)}, cwd=tmp_path, timeout=120)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from conftest import job_store
-from server_util import ThreadServer
+from server_util import ThreadServer, local_api
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 from dtrain import Client, JobSpec  # noqa: E402
@@ -144,12 +144,8 @@ def test_many_jobs_mounting_nothing_never_hide_the_job_that_mounts_a_volume(home
     _stored(home, [("train", ("data",), None)], after=1)
     _stored(home, [(f"other-{i:03d}", (), None) for i in range(103)], after=2)
     monkeypatch.setattr(JobStore, "jobs", lambda self: pytest.fail("the lineage read every stored job"))
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
-            body, edges = graph(http)
-    finally:
-        server.stop()
+    with local_api(home) as http:
+        body, edges = graph(http)
     assert {("volume:data", "mounted", "job:train"), ("volume:pvc-prep-0", "mounted", "job:prep")} <= edges
     assert body["jobs_unread"] == 0
 

@@ -49,24 +49,17 @@ def test_the_sdk_refuses_them_as_the_cli_does_and_keeps_what_fits(tmp_path):
 @pytest.mark.slow
 def test_the_http_api_refuses_them_with_the_same_line(home):
     pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
-    import httpx
-
     from dtrain import Client
-    from dtrain.server.app import create_app
-    from server_util import ThreadServer
+    from server_util import local_api
 
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
-            job = http.post("/api/v1/jobs", json={"name": "j", "command": ["true"], "cpu": CPUS + 1})
-            assert (job.status_code, job.json()["error"]) == (
-                409, f"job 'j' asks for {CPUS + 1} CPUs per process but this machine has {CPUS}; lower --cpu to "
-                     f"{CPUS} or less")
-            nb = http.post("/api/v1/notebooks", json={"name": "nb", "memory": TOO_MUCH})
-            assert nb.status_code == 409 and HAS_MEMORY in nb.json()["error"], nb.text
-        assert Client(home=home).list(show_deleted=True) == []
-    finally:
-        server.stop()
+    with local_api(home) as http:
+        job = http.post("/api/v1/jobs", json={"name": "j", "command": ["true"], "cpu": CPUS + 1})
+        assert (job.status_code, job.json()["error"]) == (
+            409, f"job 'j' asks for {CPUS + 1} CPUs per process but this machine has {CPUS}; lower --cpu to "
+                 f"{CPUS} or less")
+        nb = http.post("/api/v1/notebooks", json={"name": "nb", "memory": TOO_MUCH})
+        assert nb.status_code == 409 and HAS_MEMORY in nb.json()["error"], nb.text
+    assert Client(home=home).list(show_deleted=True) == []
 
 
 def test_the_sdk_is_told_its_own_argument_names(tmp_path, monkeypatch):

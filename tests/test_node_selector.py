@@ -8,7 +8,6 @@ from __future__ import annotations
 import platform
 import socket
 
-import httpx
 import pytest
 
 from conftest import Dtrain, _cleanup, assert_usage_error
@@ -198,13 +197,10 @@ def test_notebook_start_takes_the_flags(dt: Dtrain):
 
 def test_the_http_api_takes_it_and_refuses_as_the_cli_does(home, tmp_path):
     pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
-    from dtrain.client import Client
-    from dtrain.server.app import create_app
-    from server_util import ThreadServer
+    from server_util import local_api
 
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
+        with local_api(home) as http:
             body = {"command": ["true"], "working_dir": str(tmp_path)}
             r = http.post("/api/v1/jobs", json={"name": "a", "node_selector": {"kubernetes.io/arch": ARCH}, **body})
             assert r.status_code == 201 and r.json()["spec"]["node_selector"] == {"kubernetes.io/arch": ARCH}, r.text
@@ -220,4 +216,3 @@ def test_the_http_api_takes_it_and_refuses_as_the_cli_does(home, tmp_path):
             assert nodes[0]["labels"]["kubernetes.io/arch"] == ARCH
     finally:
         _cleanup(Dtrain(home))
-        server.stop()

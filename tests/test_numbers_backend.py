@@ -109,16 +109,10 @@ def test_a_job_files_sagemaker_counts_follow_the_rule():
 @pytest.fixture
 def http(tmp_path):
     pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
-    from server_util import ThreadServer
+    from server_util import local_api
 
-    from dtrain.server.app import create_app
-
-    server = ThreadServer(create_app(lambda: Client(home=tmp_path), sample_every=3600))
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
-            yield client
-    finally:
-        server.stop()
+    with local_api(tmp_path) as client:
+        yield client
 
 
 def _post(http, body: str) -> httpx.Response:

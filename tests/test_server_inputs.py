@@ -7,26 +7,20 @@ from __future__ import annotations
 
 import re
 
-import httpx
 import pytest
 
-from server_util import ThreadServer
+from server_util import local_api
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 from dtrain import Client, JobSpec  # noqa: E402
 from dtrain.errors import SpecError  # noqa: E402
 from dtrain.names import check_name  # noqa: E402
-from dtrain.server.app import create_app  # noqa: E402
 
 
 @pytest.fixture
-def http(home, tmp_path):
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
-    try:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
-            yield client
-    finally:
-        server.stop()
+def http(home):
+    with local_api(home) as client:
+        yield client
 
 
 def refused(http, body: dict, status: int = 422) -> str:

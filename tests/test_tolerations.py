@@ -5,7 +5,6 @@ SageMaker. With them: `dtrain config node-labels`, and the LABELS column of `dtr
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from conftest import Dtrain, _cleanup, assert_usage_error
@@ -257,13 +256,10 @@ def test_the_nodes_table_shows_the_labels_that_tell_nodes_apart(dt: Dtrain):
 
 def test_the_http_api_takes_them_and_refuses_as_the_cli_does(home, tmp_path):
     pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
-    from dtrain.client import Client
-    from dtrain.server.app import create_app
-    from server_util import ThreadServer
+    from server_util import local_api
 
-    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
     try:
-        with httpx.Client(base_url=server.url, timeout=60) as http:
+        with local_api(home) as http:
             body = {"command": ["true"], "working_dir": str(tmp_path)}
             given = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
             r = http.post("/api/v1/jobs", json={"name": "a", "tolerations": given, **body})
@@ -277,4 +273,3 @@ def test_the_http_api_takes_them_and_refuses_as_the_cli_does(home, tmp_path):
             assert schema["NotebookIn"]["properties"]["tolerations"] == schema["SpecIn"]["properties"]["tolerations"]
     finally:
         _cleanup(Dtrain(home))
-        server.stop()
