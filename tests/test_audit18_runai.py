@@ -67,10 +67,11 @@ def test_dash_o_json_is_json_and_wide_is_the_table(dt):
 
 
 @pytest.mark.parametrize("words", [["describe", "job", "hello"], ["list"]])
-def test_another_output_format_is_one_line_naming_the_two(dt, words):
+def test_another_output_format_is_one_line_naming_the_three(dt, words):
     dt("submit", "hello", "--", "true")
-    proc = dt(*words, "-o", "yaml", check=False)
-    assert_usage_error(proc, "-o 'yaml': the formats here are json (as --json) and wide (the table, the default)",
+    proc = dt(*words, "-o", "xml", check=False)
+    assert_usage_error(proc, "-o 'xml': the formats here are json (as --json), yaml (the same record as YAML) "
+                             "and wide (the table, the default)",
                        f"(see 'dtrain {words[0]} --help')")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from dtrain import JobStatus
 from dtrain.cli import format as fmt
@@ -40,7 +39,7 @@ def cmd_project(args, client: Client) -> int:
     if args.action == "delete":
         gone = client.delete_project(args.name)
         if args.json:
-            print(json.dumps(gone.to_dict(), indent=2))
+            print(fmt.record_text(gone.to_dict(), args.json))
             return 0
         removed = f" (removed: {', '.join(gone.removed)})" if gone.removed else ""
         print(f"project '{gone.name}' deleted{removed}" + (f"; {gone.kept}" if gone.kept else ""))
@@ -48,7 +47,7 @@ def cmd_project(args, client: Client) -> int:
     projects = client.list_projects()
     fmt.warn(projects.notices)  # a backend that did not answer, a GPU quota or pods Kubernetes did not let us read
     if args.json:
-        print(json.dumps([p.to_dict() for p in projects], indent=2))
+        print(fmt.record_text([p.to_dict() for p in projects], args.json))
         return 0
     default = client.default_project
     rows = [[p.name + _marks(p, default),
@@ -71,7 +70,7 @@ def cmd_nodes(args, client: Client) -> int:
     nodes = client.nodes()
     fmt.warn(nodes.notices)  # Kubernetes: pods this account may not list (GPUs allocated count some or none)
     if args.json:
-        print(json.dumps([n.to_dict() for n in nodes], indent=2))
+        print(fmt.record_text([n.to_dict() for n in nodes], args.json))
         return 0
     print(fmt.table(["NODE", "GPUs Allocatable", "GPUs Allocated", "CPUs", "MEMORY", "LABELS"],
                     [[n.name, n.gpus_allocatable, n.gpus_allocated, n.cpus or "-", fmt.size(n.memory),

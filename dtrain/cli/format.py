@@ -207,10 +207,23 @@ def described(head: dict, sections: dict[str, dict | None]) -> str:
     return "\n".join(parts)
 
 
-def dry_run_text(docs, as_json: bool = False) -> str:
+def dry_run_text(docs, as_json: bool | str = False) -> str:
     """A dry run's documents: YAML as `kubectl apply -f -` takes it, or (--json) one JSON object a line, as a
-    script asking for --json parses it (jq reads a stream of them)."""
+    script asking for --json parses it (jq reads a stream of them); -o yaml: those objects as YAML documents."""
+    if as_json == "yaml":
+        return plain_yaml(*(json.loads(json.dumps(d, default=str)) for d in docs))
     return "".join(json.dumps(d, default=str) + "\n" for d in docs) if as_json else plain_yaml(*docs)
+
+
+def record_text(data, form: bool | str, indent: int | None = 2, stream: bool = False) -> str:
+    """What --json and `-o json` print of a record or a list of them (dates as strings), or for `-o yaml`
+    (kubectl's, Run:AI's, the AWS CLI's `--output yaml`; `form` "yaml") that JSON's very value as one YAML
+    document, a list staying a list. `stream`: one of several printed a line each (`wait --json`), each
+    YAML document opened by '---', so the whole reads back as a stream of them."""
+    text = json.dumps(data, indent=indent, default=str)
+    if form != "yaml":
+        return text
+    return ("---\n" if stream else "") + plain_yaml(json.loads(text)).rstrip("\n")
 
 
 def plain_yaml(*docs) -> str:

@@ -3,7 +3,6 @@ processes)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from dtrain.cli import format as fmt
@@ -32,7 +31,7 @@ def cmd_list(args, client: Client) -> int:
                        selector=args.selector, status=args.status)
     fmt.warn(jobs.notices)  # SageMaker: AWS failed, the --local jobs are shown
     if args.json:
-        print(json.dumps([j.to_dict() for j in jobs], indent=2))
+        print(fmt.record_text([j.to_dict() for j in jobs], args.json))
         return 0
     # -A reads every configured backend (kubectl -A adds NAMESPACE): BACKEND says where each job runs
     every = args.all_projects
@@ -98,7 +97,7 @@ def cmd_describe(args, client: Client) -> int:
     _in_project(args)
     info = _get(args, client, names[0])
     if args.json:
-        print(json.dumps(info.to_dict(), indent=2))
+        print(fmt.record_text(info.to_dict(), args.json))
         return 0
     head = {"Name": info.name, "Status": fmt.status_word(info), "Message": info.message or "-",
             "Type": info.spec.kind, "Project": info.spec.project, "Backend": info.backend, "Node": info.node,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import time
 
 from dtrain.cli import format as fmt
@@ -115,7 +114,7 @@ def cmd_start(args, client: Client) -> int:
                        client, as_json=args.json)
     info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
     if args.json:  # as `dtrain submit --json`: the record once placed (Running) or queued
-        print(json.dumps(info.to_dict()))
+        print(fmt.record_text(info.to_dict(), args.json, indent=None))
         return 0
     name = info.name
 
@@ -159,7 +158,7 @@ def cmd_list(args, client: Client) -> int:
     fmt.warn(listed.notices)  # SageMaker: AWS failed, the --local notebooks are shown
     books = [b for b in listed if args.show_deleted or b.status.value != "Deleted"]
     if args.json:
-        print(json.dumps([b.to_dict() for b in books], indent=2))
+        print(fmt.record_text([b.to_dict() for b in books], args.json))
         return 0
     if not books:  # a header alone reads as a failed listing: say so, and how to make one
         print(none_listed(args, client, project, what="notebooks", hidden=len(listed) - len(books),  # the dashboard's words

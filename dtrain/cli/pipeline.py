@@ -17,8 +17,8 @@ def cmd_list(args, client: Client) -> int:
 
     infos = runner.list_pipelines()
     if args.json:
-        print(json.dumps([{"name": i.name, "description": i.description,
-                           "params": [vars(p) for p in i.params]} for i in infos], indent=2))
+        print(fmt.record_text([{"name": i.name, "description": i.description,
+                                "params": [vars(p) for p in i.params]} for i in infos], args.json))
         return 0
     for info in infos:
         print(f"{info.name}: {info.description}")

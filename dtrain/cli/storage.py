@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -58,11 +57,11 @@ def _progress():
     return update
 
 
-def _print(records, text: str, as_json: bool) -> None:
-    """One record or a list of them: their to_dict() as JSON, or the text."""
+def _print(records, text: str, as_json: bool | str) -> None:
+    """One record or a list of them: their to_dict() as JSON (as YAML for -o yaml), or the text."""
     if as_json:
         data = [r.to_dict() for r in records] if isinstance(records, list) else records.to_dict()
-        print(json.dumps(data, indent=2, default=str))
+        print(fmt.record_text(data, as_json))
     else:
         print(text)
 
@@ -203,7 +202,7 @@ def cmd_snapshot(args, client: Client) -> int:
         def delete(name: str) -> None:
             freed = client.delete_snapshot(name, project=args.project)
             if args.json and len(names) > 1:  # a JSON object a line, as `snapshot wait --json`
-                print(json.dumps(freed.to_dict(), default=str))
+                print(fmt.record_text(freed.to_dict(), args.json, indent=None, stream=True))
             else:
                 _print(freed, f"snapshot '{name}' deleted" + _freed(freed, lambda w: _said(client, args, w)), args.json)
         with client.room_to_free():  # a full home disk: room for the names' checks, which read the index, too
@@ -216,7 +215,7 @@ def cmd_snapshot(args, client: Client) -> int:
     elif a == "diff":
         changes = client.diff_snapshots(args.a, args.b, project=args.project)
         if args.json:
-            print(json.dumps([c.to_dict() for c in changes], indent=2, default=str))
+            print(fmt.record_text([c.to_dict() for c in changes], args.json))
         else:
             for c in changes:
                 print(f"{c.kind[:1].upper()} {_path(c.path)}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
@@ -297,7 +296,7 @@ def _wait_snapshots(args, client: Client) -> int:
                   + f"; wait longer (--timeout) or check '{err.look}'", file=sys.stderr)
             return EXIT_TIMEOUT
         if args.json:
-            print(json.dumps(s.to_dict(), default=str))
+            print(fmt.record_text(s.to_dict(), args.json, indent=None, stream=True))
         else:
             print(f"{s.name}: {_state(s)}")
     return 0

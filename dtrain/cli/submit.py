@@ -4,7 +4,6 @@ the one JobSpec, flags winning; then the job submitted, or with --dry-run what w
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -203,7 +202,7 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
         return dry_run(spec, client, as_json=args.json)
     info = client.submit(spec)
     if args.json:
-        print(json.dumps(info.to_dict()))
+        print(fmt.record_text(info.to_dict(), args.json, indent=None))
         return 0
     print(f"The job '{info.name}' has been submitted successfully ({info.spec.kind}, "
           f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
@@ -214,10 +213,10 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
     return 0
 
 
-def dry_run(spec: JobSpec, client: Client, as_json: bool = False) -> int:
+def dry_run(spec: JobSpec, client: Client, as_json: bool | str = False) -> int:
     requests = client.render(spec)
     if spec.backend == "sagemaker":
-        print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them
+        print(fmt.record_text(requests, as_json))  # the requests exactly as boto3 would send them
     else:  # a comment keeps the output a job file, or manifests for kubectl apply; JSON takes no comment
         notes = sys.stderr if as_json else sys.stdout
         if (snapshot := client.planned_snapshot(spec)) is not None:

@@ -145,15 +145,16 @@ class Parser(argparse.ArgumentParser):
 
 
 class OutputFormat(argparse.Action):
-    """`-o json` / `--output json` (kubectl's, Run:AI's and the AWS CLI's) as --json; `-o wide` the table,
-    which has every column already; any other format refused, naming the two."""
+    """`-o json` / `--output json` (kubectl's, Run:AI's and the AWS CLI's) as --json; `-o yaml` that same
+    record as YAML (--json's dest holds "yaml", so every `if args.json` takes it, and fmt.record_text
+    prints it); `-o wide` the table, which has every column already; any other format refused, naming them."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if values == "json":
-            setattr(namespace, self.dest, True)
+        if values in ("json", "yaml"):
+            setattr(namespace, self.dest, True if values == "json" else "yaml")
         elif values != "wide":
-            parser.error(f"{option_string} {shown(values)}: the formats here are json (as --json) and wide "
-                         f"(the table, the default)")
+            parser.error(f"{option_string} {shown(values)}: the formats here are json (as --json), yaml (the "
+                         f"same record as YAML) and wide (the table, the default)")
 
 
 # Where a verb's command goes, for the words argparse did not take.

@@ -4,7 +4,6 @@ Ctrl-C while following says."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -58,7 +57,7 @@ def cmd_logs(args, client: Client) -> int:
         for line in lines:
             printed = True
             if args.json:
-                sys.stdout.write(json.dumps(line.to_dict()) + "\n")
+                sys.stdout.write(fmt.record_text(line.to_dict(), args.json, indent=None, stream=True) + "\n")
             else:
                 prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
                 sys.stdout.write(prefix + line.text + "\n")
@@ -246,7 +245,7 @@ def cmd_wait(args, client: Client) -> int:
                 return EXIT_TIMEOUT
             ended += 1
             if args.json:
-                print(json.dumps(info.to_dict()))
+                print(fmt.record_text(info.to_dict(), args.json, indent=None, stream=True))
             else:
                 print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
             failed |= info.status.value != "Succeeded"

@@ -1,0 +1,44 @@
+"""A Run:AI, kubectl or AWS CLI user on dtrain (audit 20): `-o yaml`, the Run:AI submit flags dtrain answers
+otherwise, and kubectl's KIND/NAME of a kind that is no job, each taken or refused in one line naming dtrain's form."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+
+# ---- kubectl's and Run:AI's -o yaml, the AWS CLI's --output yaml ----------------------------------
+def _block_yaml(text: str):
+    """The one YAML document `text` holds, written as YAML is (JSON is YAML too: it must not pass as it;
+    an empty list is '[]' in both)."""
+    value = yaml.safe_load(text)
+    assert not value or not text.lstrip().startswith(("{", "[")), text
+    return value
+
+
+def test_dash_o_yaml_is_the_json_record_as_yaml(dt):
+    """`dtrain describe job X -o yaml` was "-o 'yaml': the formats here are json (as --json) and wide"."""
+    dt("submit", "hello", "--", "echo", "hi")
+    dt("wait", "hello")
+    dt("volume", "create", "data", "--size", "1Gi")
+    for words in (["list", "-A"], ["describe", "job", "hello"], ["project", "list"], ["volume", "list"],
+                  ["volume", "describe", "data"], ["notebook", "list"]):
+        want = json.loads(dt(*words, "--json").stdout)
+        for given in (["-o", "yaml"], ["--output=yaml"]):
+            assert _block_yaml(dt(*words, *given).stdout) == want, words
+    assert isinstance(_block_yaml(dt("list", "-o", "yaml").stdout), list)  # a list stays a list
+    assert _block_yaml(dt("submit", "again", "-o", "yaml", "--", "true").stdout)["name"] == "again"
+
+
+@pytest.mark.parametrize("words", [["wait", "hello"], ["logs", "hello"], ["submit", "other", "--dry-run"]])
+def test_dash_o_yaml_where_json_is_a_line_each_is_a_document_each(dt, words):
+    """`wait`, `logs` and a dry run print one JSON object a line: as YAML, one document each."""
+    dt("submit", "hello", "--", "echo", "hi")
+    dt("wait", "hello")
+    command = ["--", "true"] if words[0] == "submit" else []
+    want = [json.loads(line) for line in dt(*words, "--json", *command).stdout.splitlines()]
+    shown = dt(*words, "-o", "yaml", *command).stdout
+    assert not shown.lstrip().startswith("{"), shown
+    assert list(yaml.safe_load_all(shown)) == want and want
