@@ -35,12 +35,12 @@ def test_a_runai_submit_flag_is_named_with_ours(dt, words, needle):
 
 @pytest.mark.parametrize("verb", ["submit", "submit-mpi", "exec"])
 def test_an_unknown_flags_value_is_not_taken_for_a_command_missing_its_dashes(dt, verb):
-    """`--ttl-after-finish 1h -- true` said "the command goes after '--'" (the '1h'), the command being
+    """`--frobnicate 1h -- true` said "the command goes after '--'" (the '1h'), the command being
     after '--' already; a command given without '--' is still told so."""
-    proc = dt(verb, "train", "--ttl-after-finish", "1h", "--", "true", check=False)
-    assert_usage_error(proc, "unrecognized arguments: --ttl-after-finish 1h", f"(see 'dtrain {verb} --help')")
+    proc = dt(verb, "train", "--frobnicate", "1h", "--", "true", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --frobnicate 1h", f"(see 'dtrain {verb} --help')")
     assert "the command goes after" not in proc.stderr
-    proc = dt(verb, "train", "--ttl-after-finish", "1h", "python", "train.py", check=False)
+    proc = dt(verb, "train", "--frobnicate", "1h", "python", "train.py", check=False)
     assert_usage_error(proc, "the command goes after '--'")
     assert dt.json("list", "-A") == []
 

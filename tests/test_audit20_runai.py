@@ -7,6 +7,7 @@ import json
 
 import pytest
 import yaml
+from conftest import assert_usage_error
 
 
 # ---- kubectl's and Run:AI's -o yaml, the AWS CLI's --output yaml ----------------------------------
@@ -42,3 +43,26 @@ def test_dash_o_yaml_where_json_is_a_line_each_is_a_document_each(dt, words):
     shown = dt(*words, "-o", "yaml", *command).stdout
     assert not shown.lstrip().startswith("{"), shown
     assert list(yaml.safe_load_all(shown)) == want and want
+
+
+# ---- Run:AI's submit flags that dtrain answers otherwise -----------------------------------------
+@pytest.mark.parametrize("words, needle", [
+    (["--ttl-after-finish", "1h"], "an ended job is kept until 'dtrain delete NAME'"),
+    (["--completions", "3"], "or N processes of one run with dtrain submit-dist NAME --processes N -- COMMAND"),
+    (["--parallelism", "2"], "or N processes of one run with dtrain submit-dist NAME --processes N -- COMMAND"),
+    (["--annotation", "team=vision"], "a job's own KEY=VALUE is a label: --label KEY=VALUE"),
+    (["--node-pools", "a100"], "nodes are picked by their labels: --node-selector KEY=VALUE"),
+    (["--service-type", "nodeport"], "a notebook's is: dtrain notebook NAME"),
+    (["--port", "8080"], "'dtrain notebook open NAME' prints its URL"),
+    (["--git-sync", "source=https://example.com/r.git"], "no repository is cloned for a job here"),
+    (["--run-as-user"], "a job runs as its image's user"),
+    (["--create-home-dir"], "a home folder is a volume: --pvc VOLUME:MOUNT with -e HOME=MOUNT"),
+    (["--template", "train"], "settings kept in a file are a job file: dtrain submit NAME -f FILE"),
+    (["--mig-profile", "1g.10gb"], "GPUs are whole here: --gpu N per process"),
+])
+def test_a_runai_flag_dtrain_answers_otherwise_is_named(dt, words, needle):
+    """Each was argparse's "unrecognized arguments" alone."""
+    proc = dt("submit", "train", *words, "--", "true", check=False)
+    assert_usage_error(proc, f"{words[0]} is Run:AI's: ", needle, "(see 'dtrain submit --help')")
+    assert "the command goes after" not in proc.stderr
+    assert dt.json("list", "-A") == []

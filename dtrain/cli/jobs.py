@@ -55,6 +55,26 @@ RUNAI_FLAGS = {
     "--host-ipc": "a large shared memory (/dev/shm) for the processes is --large-shm",
     "--stdin": "an interactive job is a notebook: dtrain notebook NAME --pvc VOLUME:/home/jovyan",
     "--tty": "an interactive job is a notebook: dtrain notebook NAME --pvc VOLUME:/home/jovyan",
+    "--ttl-after-finish": "an ended job is kept until 'dtrain delete NAME' (--purge forgets its record too; "
+                          "config.yaml's deleted_job_ttl forgets deleted jobs after a time, e.g. 7d)",
+    "--completions": "no job of many separate runs here: submit one job a run (dtrain {verb} NAME-1 ... -- "
+                     "COMMAND), or N processes of one run with dtrain submit-dist NAME --processes N -- COMMAND",
+    "--parallelism": "no job of many separate runs here: submit one job a run (dtrain {verb} NAME-1 ... -- "
+                     "COMMAND), or N processes of one run with dtrain submit-dist NAME --processes N -- COMMAND",
+    "--annotation": "a job's own KEY=VALUE is a label: --label KEY=VALUE (a Kubernetes label, a SageMaker tag)",
+    "--node-pools": "nodes are picked by their labels: --node-selector KEY=VALUE (or --node-type TYPE, Run:AI's "
+                    "run.ai/type; 'dtrain nodes' lists them)",
+    "--service-type": "a job's ports are not exposed here; a notebook's is: dtrain notebook NAME, then "
+                      "'dtrain notebook open NAME' prints its URL",
+    "--port": "a job's ports are not exposed here; a notebook's is: dtrain notebook NAME, then "
+              "'dtrain notebook open NAME' prints its URL",
+    "--git-sync": "no repository is cloned for a job here: put the code in its image (--image), in a volume "
+                  "(--pvc VOLUME:MOUNT), or submit from its checkout (a local job runs in the current folder)",
+    "--run-as-user": "a job runs as its image's user (a local job as you): there is no user flag",
+    "--create-home-dir": "a home folder is a volume: --pvc VOLUME:MOUNT with -e HOME=MOUNT",
+    "--template": "settings kept in a file are a job file: dtrain {verb} NAME -f FILE (flags given too override "
+                  "its fields)",
+    "--mig-profile": "GPUs are whole here: --gpu N per process",
 }
 
 
