@@ -66,3 +66,34 @@ def test_a_runai_flag_dtrain_answers_otherwise_is_named(dt, words, needle):
     assert_usage_error(proc, f"{words[0]} is Run:AI's: ", needle, "(see 'dtrain submit --help')")
     assert "the command goes after" not in proc.stderr
     assert dt.json("list", "-A") == []
+
+
+# ---- kubectl's KIND/NAME of a kind that is no job -------------------------------------------------
+@pytest.mark.parametrize("words, fix", [
+    (["describe", "volume/data"], "use 'dtrain volume describe data'"),
+    (["delete", "volume/data"], "use 'dtrain volume delete data'"),
+    (["describe", "snapshot/s1"], "use 'dtrain snapshot describe s1'"),
+    (["wait", "snapshot/s1"], "use 'dtrain snapshot wait s1'"),
+    (["suspend", "snapshot/s1"], "use 'dtrain snapshot describe s1'"),
+    (["logs", "volume/data"], "use 'dtrain volume describe data'"),
+    (["describe", "project/team"], "use 'dtrain project list'"),
+    (["delete", "project/team"], "use 'dtrain project delete team'"),
+    (["describe", "node/n1"], "use 'dtrain nodes'"),
+    (["describe", "job", "volume/data"], "use 'dtrain volume describe data'"),
+])
+def test_another_kinds_kind_slash_name_points_at_its_command(dt, words, fix):
+    """`dtrain describe volume/data` was "invalid job name 'volume/data'"."""
+    dt("volume", "create", "data", "--size", "1Gi")
+    assert_usage_error(dt(*words, check=False), f"'dtrain {words[0]}' is for jobs: {fix}")
+    assert [v["name"] for v in dt.json("volume", "list")] == ["data"]
+
+
+def test_a_job_verb_of_another_kind_names_an_action_that_exists(dt):
+    """`dtrain wait volume data` named 'dtrain volume wait NAME', which is no command."""
+    assert_usage_error(dt("wait", "volume", "data", check=False),
+                       "'dtrain wait' is for jobs: use 'dtrain volume describe NAME'")
+
+
+def test_a_notebooks_kind_slash_name_is_the_job(dt):
+    dt("submit", "hello", "--", "true")
+    assert dt.json("describe", "notebook/hello")["name"] == "hello"

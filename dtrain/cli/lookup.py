@@ -14,13 +14,20 @@ _OTHER_KINDS = {"volume": "volume", "volumes": "volume", "snapshot": "snapshot",
                 "project": "project", "projects": "project", "node": "nodes", "nodes": "nodes"}
 
 
-def _elsewhere(kind: str, verb: str) -> str:
-    """The one line sending `dtrain VERB KIND ...` to where that kind is handled."""
+# The actions of `dtrain volume` and `dtrain snapshot` that a job verb has a namesake of; for another
+# verb (`wait volume X`, `suspend snapshot X`, which named 'dtrain volume wait NAME', no command) describe.
+_KIND_ACTIONS = {"volume": ("list", "describe", "delete"), "snapshot": ("list", "describe", "delete", "wait")}
+
+
+def _elsewhere(kind: str, verb: str, name: str = "NAME") -> str:
+    """The one line sending `dtrain VERB KIND ...` (kubectl's `VERB KIND/NAME`: `name`) to where that kind
+    is handled."""
     kind = _OTHER_KINDS[kind]
     if kind in ("volume", "snapshot"):
-        fix = f"use 'dtrain {kind} {verb}" + ("'" if verb == "list" else " NAME'")
+        action = verb if verb in _KIND_ACTIONS[kind] else "describe"
+        fix = f"use 'dtrain {kind} {action}" + ("'" if action == "list" else f" {name}'")
     elif kind == "project":
-        fix = "use 'dtrain project delete NAME'" if verb == "delete" else "use 'dtrain project list'"
+        fix = f"use 'dtrain project delete {name}'" if verb == "delete" else "use 'dtrain project list'"
     else:
         fix = "use 'dtrain nodes'"
     return f"'dtrain {verb}' is for jobs: {fix}"
@@ -31,21 +38,33 @@ def _elsewhere(kind: str, verb: str) -> str:
 JOB_NOUNS = ("job", "jobs", "notebook", "notebooks", "pytorchjob", "pytorchjobs", "mpijob", "mpijobs")
 
 
-def job_word(word: str) -> str:
-    """kubectl's KIND/NAME (`pytorchjob/train`, `mpijob/train`, `job/train`) as NAME, where KIND is one of
-    JOB_NOUNS (it was refused as a job's name holding '/'); any other word as it is."""
+def job_word(word: str, verb: str = "describe") -> str:
+    """kubectl's KIND/NAME (`pytorchjob/train`, `mpijob/train`, `job/train`, `notebook/train`) as NAME, where
+    KIND is one of JOB_NOUNS (it was refused as a job's name holding '/'); any other word as it is. Another
+    kind's (`volume/data`, `snapshot/s1`, `project/team`, `node/n1`) is refused in one line naming the
+    command for it (it was "invalid job name 'volume/data'")."""
     kind, slash, name = word.partition("/")
+    if slash and name and kind in _OTHER_KINDS:
+        raise SpecError(_elsewhere(kind, verb, name if _is_name(name) else "NAME"))
     return name if slash and name and kind in JOB_NOUNS else word
+
+
+def _is_name(word: str) -> bool:
+    try:
+        check_name(word, "volume")
+    except SpecError:
+        return False
+    return True
 
 
 def _job_names(words: list[str], verb: str) -> list[str]:
     """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too, and kubectl's
     `pytorchjob/X`. A notebook is a job, so `delete notebook X` is `delete job X`."""
     if len(words) > 1 and words[0] in JOB_NOUNS:
-        return [job_word(w) for w in words[1:]]
+        return [job_word(w, verb) for w in words[1:]]
     if words and words[0] in _OTHER_KINDS:
         raise SpecError(_elsewhere(words[0], verb))
-    return [job_word(w) for w in words]
+    return [job_word(w, verb) for w in words]
 
 
 def _in_project(args) -> str | None:

@@ -178,7 +178,7 @@ def _past_job_noun(args, extra: list[str]) -> list[str]:
             and not extra[0].startswith("-")):
         args.name, extra = extra[0], extra[1:]
     if args.verb in _NOUN_VERBS and isinstance(getattr(args, "name", None), str):
-        args.name = job_word(args.name)
+        args.name = job_word(args.name, args.verb)
     return extra
 
 
