@@ -8,7 +8,10 @@ folder is shared, so the runner holds a lock on one file that every job given th
 lock (lockf), which NFS servers keep (NLM, NFSv4), on a regular file opened for writing, never through a
 link. It goes with the runner however it ends. The file records the holder, for the refusal to name it.
 A folder within another's (one URI a prefix of the other) is shared too: a job is refused while a running job
-holds a folder holding its own or one within it (in_use, also asked at submit).
+holds a folder holding its own or one within it (in_use, also asked at submit). Those within it are looked up in
+the home's LOCKS folder alone, where a runner holding a file:// folder locks a second file (FILES), never in the
+folder itself: walking a checkpoint folder of millions of files took as long as they were many, and counted a
+plain .training.lock a training held in it (rank0.LOCK_FILE), which no job's checkpoint location is.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dtrain.replace import open_in
 
 LOCK_SUFFIX = ".training.lock"
 LOCKS = "checkpoint-locks"  # beside the local S3 folder: a lock file in it would be an object of a bucket
+FILES = ".files"  # under LOCKS, a file:// folder's place (no bucket's name begins with a dot)
 MAX_RECORD = 4096
 
 
@@ -48,15 +52,45 @@ def _keyed(folder: Path, s3_root: Path) -> Path:
     return folder
 
 
+def _mirrored(folder: Path, s3_root: Path) -> Path:
+    """The folder whose lock file lies beside it under LOCKS: a local S3 folder's (_keyed), or a file:// folder's
+    place under LOCKS/FILES, named by its absolute path."""
+    key, locks = _keyed(folder, s3_root), _keyed(s3_root, s3_root)
+    return key if key == locks or locks in key.parents else locks / FILES / key.relative_to(key.anchor)
+
+
 def _beside(folder: Path) -> Path:
     return folder.parent / f".{folder.name or 'root'}{LOCK_SUFFIX}"
 
 
-def hold(folder: Path, s3_root: Path, uri: str, job: str) -> int | None:
-    """The descriptor of the lock file, held for `job` (keep it open while the job runs; closing any
-    descriptor of the file lets the lock go); None where the file system locks nothing. CheckpointsInUse,
-    a one-line refusal naming the job that holds it and the fix, where another job does."""
-    path = lock_path(folder, s3_root)
+def hold(folder: Path, s3_root: Path, uri: str, job: str) -> list[int]:
+    """The descriptors of the lock files, held for `job` (keep them open while the job runs; closing any
+    descriptor of a file lets its lock go): lock_path's, and for a file:// folder its place under LOCKS too
+    (_mirrored), where a job given a folder holding it finds it; none of a file system that locks nothing.
+    CheckpointsInUse, a one-line refusal naming the job that holds it and the fix, where another job does."""
+    held = [fd] if (fd := _take(lock_path(folder, s3_root), uri)) is not None else []
+    mirror = _beside(_mirrored(folder, s3_root))
+    if mirror != lock_path(folder, s3_root):
+        try:
+            if (fd := _take(mirror, uri)) is not None:
+                held.append(fd)
+        except BaseException:
+            for fd in held:
+                os.close(fd)
+            raise
+    if why := _nested(folder, s3_root, uri):  # taken first, then looked at: of two starting at once, one sees the other
+        for fd in held:
+            os.close(fd)
+        raise CheckpointsInUse(why)
+    record = json.dumps({"job": job, "host": socket.gethostname(), "pid": os.getpid()}).encode()
+    for fd in held:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+    return held
+
+
+def _take(path: Path, uri: str) -> int | None:
+    """The descriptor of the lock file at `path`, locked; None where its file system locks nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = open_in(path.parent, path.name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     if fd is None:
@@ -73,12 +107,6 @@ def hold(folder: Path, s3_root: Path, uri: str, job: str) -> int | None:
         if e.errno not in (errno.EAGAIN, errno.EACCES):
             raise
         raise CheckpointsInUse(_same(uri, holder)) from None
-    if why := _nested(folder, s3_root, uri):  # taken first, then looked at: of two starting at once, one sees the other
-        os.close(fd)
-        raise CheckpointsInUse(why)
-    record = json.dumps({"job": job, "host": socket.gethostname(), "pid": os.getpid()}).encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, record, 0)
     return fd
 
 
@@ -118,9 +146,9 @@ def _nested(folder: Path, s3_root: Path, uri: str) -> str | None:
         if (holder := _held(_beside(above))) is not None:
             return (f"the checkpoint folder of {uri} lies within the one {holder} writes its checkpoints to: wait "
                     f"for it to end, or give this job a --checkpoint-s3-uri outside it")
-    for here, _, files in os.walk(key):  # links are not followed
+    for here, _, files in os.walk(_mirrored(folder, s3_root)):  # the runners' lock files only; links not followed
         for name in sorted(files):
-            if name.startswith(".") and name.endswith(LOCK_SUFFIX) and \
+            if len(name) > len(LOCK_SUFFIX) + 1 and name.startswith(".") and name.endswith(LOCK_SUFFIX) and \
                     (holder := _held(Path(here) / name)) is not None:
                 return (f"the checkpoint folder of {uri} holds the one {holder} writes its checkpoints to: wait "
                         f"for it to end, or give this job a --checkpoint-s3-uri that does not hold it")
