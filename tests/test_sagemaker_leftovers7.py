@@ -72,3 +72,30 @@ def test_a_plain_training_lock_a_training_holds_in_the_folder_is_no_job_using_it
     with _holding(tmp_path, "j1"):
         with pytest.raises(CheckpointsInUse, match="holds the one the local job j1 writes"):
             Runner(tmp_path, "j3").prepare()
+
+
+def test_a_collision_create_training_job_finds_after_the_submit_check_is_one_line(home, tmp_path, monkeypatch):
+    """A job that took the checkpoint folder between submit's check and CreateTrainingJob: the refusal came back
+    as 'SageMaker CreateTrainingJob: ValidationException: <the line>; fix the value SageMaker names above', two
+    fixes in one wrapped line, the second one wrong (no value of SageMaker's is at fault). Now it is the line of
+    submit's own check: the job that holds the folder and the fix."""
+    from dtrain import Client
+    from dtrain.backends.sagemaker.checks import SubmitChecks
+    from dtrain.errors import ConflictError
+    from dtrain.spec import JobSpec
+
+    root = home / "sagemaker-local"
+    uri = "s3://bucket/shared/ckpt"
+    _job(root, "j1", checkpoint={"S3Uri": uri})
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("pass\n")
+    monkeypatch.setattr(SubmitChecks, "_check_local_checkpoints", lambda self, req: None)  # j1 starts just after it
+    with _holding(root, "j1"):
+        with pytest.raises(ConflictError) as refused:
+            Client(home=home, backend="sagemaker").submit(JobSpec(
+                name="j2", command=["python", "train.py"], backend="sagemaker",
+                sagemaker={"local": True, "checkpoint_uri": uri, "source_dir": str(tmp_path / "code")}))
+    assert str(refused.value) == (f"the checkpoint folder of {uri} is in use by the local job j1, which writes its "
+                                  f"checkpoints there: wait for it to end, or give this job another "
+                                  f"--checkpoint-s3-uri")
+    assert not (root / "jobs" / "j2").exists()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
-from dtrain.errors import BackendError, NotFoundError, SetupError, UnavailableError
+from dtrain.errors import BackendError, DtrainError, NotFoundError, SetupError, UnavailableError
 from dtrain.names import cut
 
 _EXPIRED = "your AWS credentials have expired: refresh them (aws sso login, or new temporary keys) and retry"
@@ -111,9 +111,12 @@ def _reach_fix() -> str:
 
 
 def aws_call(what: str, fn: Callable, **kw) -> Any:
-    """Call AWS; its refusals become one-line BackendErrors that carry the AWS error code."""
+    """Call AWS; its refusals become one-line BackendErrors that carry the AWS error code (a dtrain error the
+    --local contract raises is one line already: as it is)."""
     try:
         return fn(**kw)
+    except DtrainError:
+        raise
     except Exception as err:  # botocore's exceptions are only importable when boto3 is installed
         response = getattr(err, "response", None)  # botocore's network errors carry response=None
         code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dtrain.errors import ConflictError
 from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.replace import replace_file, replacing
 from dtrain.backends.sagemaker.clients import Clients
@@ -38,6 +39,16 @@ class LocalAWSError(Exception):
     def __init__(self, code: str, message: str):
         super().__init__(f"{code}: {message}")
         self.response = {"Error": {"Code": code, "Message": message}}
+
+
+class CheckpointsTaken(LocalAWSError, ConflictError):
+    """CreateTrainingJob's refusal of a job whose checkpoint folder a running --local job took after submit's
+    check: submit's own line (the job that holds it and the fix), which aws_call passes on as it is; it was
+    'SageMaker CreateTrainingJob: ValidationException: LINE; fix the value SageMaker names above'."""
+
+    def __init__(self, line: str):
+        super().__init__("ValidationException", line)
+        self.args = (line,)
 
 
 def local_clients(home: str | os.PathLike) -> Clients:
@@ -158,7 +169,7 @@ class LocalSageMaker:
             if why or (why := mount_problem(contract.checkpoint_path(req), self.root)):
                 raise LocalAWSError("ValidationException", why)
         if why := self.checkpoints_in_use(req):  # submit asked already (SubmitChecks); a job may have started since
-            raise LocalAWSError("ValidationException", why)
+            raise CheckpointsTaken(why)
         if int(req["ResourceConfig"]["InstanceCount"]) > MAX_LOCAL_HOSTS:
             raise LocalAWSError("ResourceLimitExceeded", f"--local runs at most {MAX_LOCAL_HOSTS} hosts on this "
                                                          f"machine, not {req['ResourceConfig']['InstanceCount']}")
