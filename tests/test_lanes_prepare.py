@@ -216,6 +216,52 @@ def test_a_url_not_there_is_refused_before_anything_is_downloaded_or_unpacked(se
     assert server.requests == [] and [p.name for p in (tmp_path / "out").iterdir()] == [prepare.LOCK]
 
 
+def _closed_port() -> int:
+    """A port nothing listens on: bound, then let go."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_refused_connection_is_refused_before_anything_is_downloaded_or_unpacked(server, archives, tmp_path):
+    """A --url on a port nothing listens on went to the download's five retries, after the archives
+    before it were downloaded and unpacked."""
+    urls, _ = serve_all(server, archives)
+    urls[-1] = f"http://127.0.0.1:{_closed_port()}/test_label.json"
+    with pytest.raises(DataError) as refused:
+        prepare.prepare(urls, tmp_path / "out")
+    assert str(refused.value) == (f"{urls[-1]}: its server refused the connection (nothing listens on that port): "
+                                  f"check the URL and this machine's network, or download the file yourself and give "
+                                  f"its path (--url /path/to/the/file); nothing was downloaded or unpacked")
+    assert server.requests == [] and [p.name for p in (tmp_path / "out").iterdir()] == [prepare.LOCK]
+
+
+def test_a_host_no_dns_server_knows_is_refused_before_anything_is_downloaded(server, archives, tmp_path,
+                                                                             monkeypatch):
+    """The same for a host name that does not resolve (the resolver faked at its seam: this machine may
+    have no DNS server to ask; '.invalid' is a name none may resolve, RFC 2606)."""
+    import socket
+
+    real = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host == "lanes.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    urls, _ = serve_all(server, archives)
+    urls[-1] = "http://lanes.invalid/test_label.json"
+    with pytest.raises(DataError) as refused:
+        prepare.prepare(urls, tmp_path / "out")
+    assert str(refused.value) == (f"{urls[-1]}: its host name cannot be resolved (Name or service not known): check "
+                                  f"the URL and this machine's network, or download the file yourself and give its "
+                                  f"path (--url /path/to/the/file); nothing was downloaded or unpacked")
+    assert server.requests == [] and [p.name for p in (tmp_path / "out").iterdir()] == [prepare.LOCK]
+
+
 def test_a_server_that_refuses_head_is_still_downloaded_from(server, archives, tmp_path):
     urls, digests = serve_all(server, archives)
     server.head = False  # 501, as a server without HEAD answers: the download says what is wrong, if anything

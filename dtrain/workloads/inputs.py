@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
+from dtrain.errors import ConflictError, DataError, DtrainError, NotFoundError, SpecError
 from dtrain.names import abbreviated, near_choice
 from dtrain.numbers import Typed, TypedFloat, exact, typed  # a number keeps its typed text: a refusal quotes 1e9, not 1000000000
 
@@ -229,8 +229,9 @@ def split_url(url: str, flag: str = "--url") -> urllib.parse.ParseResult:
 def check_found(urls, flag: str = "--url", timeout: float = 60.0) -> None:
     """Refuse, before anything is downloaded or unpacked, an http(s) URL its server says is not there
     (HEAD answered 404 or 410): a typo in the last of several URLs showed only after the first ones
-    were fetched and unpacked. Any other answer (a server that refuses HEAD: 405, 501; a presigned URL
-    signed for GET: 403) or none at all is left to the download, which retries and says so."""
+    were fetched and unpacked; nor one whose host is not known (DNS) or whose server refuses the
+    connection, which no retry mends. Any other answer (a server that refuses HEAD: 405, 501; a presigned
+    URL signed for GET: 403) or none (a timeout) is left to the download, which retries and says so."""
     import urllib.error
 
     for url in urls:
@@ -243,8 +244,24 @@ def check_found(urls, flag: str = "--url", timeout: float = 60.0) -> None:
             if err.code in (404, 410):
                 raise NotFoundError(f"{url} is not there (HTTP {err.code} {err.reason}): check that {flag} and "
                                     f"run again; nothing was downloaded or unpacked") from None
-        except OSError:  # no answer: the download's retries say what happens
-            pass
+        except OSError as err:  # no answer: the download's retries say what happens, unless none can come
+            if problem := _unreachable(err):
+                raise DataError(f"{url}: {problem}: check the URL and this machine's network, or download the file "
+                                f"yourself and give its path ({flag} /path/to/the/file); "
+                                f"nothing was downloaded or unpacked") from None
+
+
+def _unreachable(err: OSError) -> str | None:
+    """What a HEAD's failure says when no retry can help: a host name no DNS server knows, or a server
+    that refused the connection (nothing listens on that port); None for a timeout or a dropped connection."""
+    import socket
+
+    reason = getattr(err, "reason", err)  # urllib wraps the socket's error in a URLError
+    if isinstance(reason, socket.gaierror):
+        return f"its host name cannot be resolved ({reason.strerror or reason})"
+    if isinstance(reason, ConnectionRefusedError):
+        return "its server refused the connection (nothing listens on that port)"
+    return None
 
 
 def local_path(url: str, flag: str = "--url") -> Path | None:
