@@ -49,7 +49,7 @@ class ClassRoots:
         for name in dict.fromkeys([DEFAULT_CLASS, *self.classes, *sorted(counts)]):
             if name != DEFAULT_CLASS and name not in self.classes:
                 root, status = roots[name], "NotConfigured"
-                message = self._not_configured(name, root)
+                message = self._not_configured(name, root, list(_folders(root, recorded.get(name, {}))))
             else:
                 root, status, message = self.classes.get(name, self.volumes_dir), "Ready", ""
                 try:
@@ -84,15 +84,18 @@ class ClassRoots:
                 counts[(row[0], row[1])] = counts.get((row[0], row[1]), 0) + 1
         return dict(sorted(counts.items()))
 
-    def _not_configured(self, name: str, root: Path) -> str:
+    def _not_configured(self, name: str, root: Path, where: list[str] | None = None) -> str:
         """What `volume classes` says of a class its volumes record but config.yaml no longer names, and
         the command that names it again: after removing the configured classes whose folders overlap its
-        own (config.yaml refuses two classes that share or nest a folder), or moving its volumes into one."""
+        own (config.yaml refuses two classes that share or nest a folder), or moving its volumes into one.
+        `where`: every folder its volumes lie in (a class re-pointed before its removal), `root` first."""
         here = Path(os.path.realpath(root))
+        where = where or [str(root)]
         sharing = [n for n, r in self.classes.items()
                    if (there := Path(os.path.realpath(r))).is_relative_to(here) or here.is_relative_to(there)]
         again = f"dtrain config storage-class {name} {root}"
-        said = f"volumes live in {root}, but {self.home / 'config.yaml'} names no class {name!r}: "
+        shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+        said = f"volumes live in {shown}, but {self.home / 'config.yaml'} names no class {name!r}: "
         if not sharing:
             return said + f"name its folder under 'storage_classes:' again ({again}) to use or move them"
         one = len(sharing) == 1
