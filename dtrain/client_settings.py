@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dtrain.backends.records import _Record
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, class_name_problem
 from dtrain.errors import NotFoundError, SpecError, Worded
-from dtrain.names import name_list, require_project, shown
+from dtrain.names import counted, name_list, require_project, shown
 from dtrain.numbers import plain_numbers
 from dtrain.spec import check_name
 
@@ -261,6 +261,8 @@ class Settings:
             raise SpecError(f"storage class {name!r}: give its folder, e.g. /nvme/dtrain")
         root = str(Path(os.path.abspath(os.path.expanduser(folder))))
         where = self.home / "config.yaml"
+        if self.config_problem is None:
+            self._check_not_inside_volumes(name, root)
 
         def change(cfg: UserConfig) -> None:
             cfg.storage_classes = {**cfg.storage_classes, name: root}
@@ -275,6 +277,20 @@ class Settings:
         self.config_problem = None
         self._forget_made("local")  # its store knows the classes it was opened with
         return SavedSettings(section="storage_classes", settings=dict(self.config.storage_classes))
+
+    def _check_not_inside_volumes(self, name: str, root: str) -> None:
+        """A class's folder lies in no folder other volumes live in (a removed class's, or one a class was
+        re-pointed away from): a volume there is `root`'s parent, or `root` lies inside a volume's data, and
+        a class's folder is tidied (empty and half-made folders in it removed), so the data would be cut."""
+        here = Path(os.path.realpath(root))
+        for (other, folder), count in self.backend("local").volumes_around(root).items():
+            if here.is_relative_to(os.path.realpath(folder)):
+                live = "lives" if count == 1 else "live"
+                raise SpecError(f"storage class {name!r}: its folder {root} lies inside {folder}, where "
+                                f"{counted(count, 'volume')} of storage class {other!r} {live}, and a class's "
+                                f"folder is tidied as dtrain's own (a volume's data there would be cut): give "
+                                f"{name!r} a folder apart from {folder} (dtrain config storage-class {name} "
+                                f"FOLDER); nothing was changed")
 
     def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> RemovedClasses:
         """Remove local storage classes from config.yaml (their volumes stay where they are, listed

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from dtrain import db
 from dtrain.storage import folders
+from dtrain.storage.classes import ROOT_MARK
 
 if TYPE_CHECKING:
     from dtrain.storage.engine import Engine
@@ -44,14 +45,16 @@ class Housekeeping:
             # link or with '..', or changed its spelling since a volume was made): what is known in a
             # folder is decided by the folder itself, never by how its path is written.
             where = {name: Path(at or self.volumes_dir) for name, at, _ in rows}
-            ident = {root: _folder_identity(root) for root in {self.volumes_dir, *self.classes.values(),
-                                                                *where.values()}}
+            # a class's folder only once claimed (marked): one named at a folder of the user's, or inside a
+            # volume's data, is no folder of dtrain's to tidy (its empty folders were removed as leftovers)
+            claimed = [root for root in self.classes.values() if os.path.lexists(root / ROOT_MARK)]
+            ident = {root: _folder_identity(root) for root in {self.volumes_dir, *claimed, *where.values()}}
             known_in: dict[tuple[int, int], set[str]] = {}
             for name, root in where.items():
                 if ident[root] is not None:
                     known_in.setdefault(ident[root], set()).add(name)
             roots: dict[tuple[int, int], Path] = {}
-            for root in (self.volumes_dir, *self.classes.values(), *where.values()):  # first spelling wins
+            for root in (self.volumes_dir, *claimed, *where.values()):  # first spelling wins
                 if ident[root] is not None:
                     roots.setdefault(ident[root], root)
             for folder, root in roots.items():
