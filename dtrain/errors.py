@@ -32,15 +32,22 @@ class SpecError(DtrainError, ValueError):
     """A job, volume or snapshot description is malformed."""
 
 
+def said(words, door: str) -> str:
+    """`words(door)`, or as the door says it where it has its own way (wording.FileDoor: led by the file)."""
+    says = getattr(door, "said", None)
+    return says(words) if says is not None else words(door)
+
+
 class Worded(SpecError):
     """A refusal that names what was given as the door it came through spells it: `words(door)` says it for
-    "sdk" (an argument, a field), "cli" (a flag) or "http" (a body, answered as the CLI where said so).
+    "sdk" (an argument, a field), "cli" (a flag; a job file's field as written, wording.FileDoor) or "http" (a
+    body, answered as the CLI where said so).
     Raised in `door`'s words; whoever knows the door (JobSpec.from_dict's door, Client.door) says it again
     with `in_words(door)`."""
 
     def __init__(self, words, door: str = "sdk"):
         self.words = words
-        super().__init__(words(door))
+        super().__init__(said(words, door))
 
     def in_words(self, door: str) -> "Worded":
         return Worded(self.words, door)
@@ -70,7 +77,7 @@ class WordedQuota(QuotaError):
 
     def __init__(self, words, door: str = "cli"):
         self.words = words
-        super().__init__(words(door))
+        super().__init__(said(words, door))
 
     def in_words(self, door: str) -> "WordedQuota":
         return WordedQuota(self.words, door)

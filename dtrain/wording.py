@@ -136,7 +136,8 @@ def _same(value, default) -> bool:
 
 
 # Each argument a refusal names, as each door spells it: the SDK's own argument (cpu), or the CLI's flag
-# (--cpu), which a job file's and the HTTP API's refusals name too (they answer as the CLI). Every refusal
+# (--cpu), which the HTTP API's refusals name too (it answers as the CLI); a job file's field is named as
+# written there (FileDoor). Every refusal
 # told apart by door looks its argument up here (named, given_as, switched); an argument not here is its
 # flag with dashes (a SageMaker option's instance_type, --instance-type; a setting's security_groups). A
 # refusal whose sentence differs by more than a name says each door's in door_words.
@@ -147,21 +148,49 @@ FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout",
          "checkpoint_uri": "--checkpoint-s3-uri", "channels": "--channel"}
 
 
+class FileDoor(str):
+    """The CLI's door for a job read from a file (`submit -f job.yaml`): a field the file gave (`fields`) is
+    named as written there (processes:, e.g. processes: 4), one a flag gave as its flag, and a refusal that
+    names the file's field says which file (said). Equal to "cli", so every other choice by door is the CLI's."""
+
+    source: str
+    fields: frozenset[str]
+
+    def __new__(cls, source: str, fields: Iterable[str]) -> "FileDoor":
+        door = super().__new__(cls, "cli")
+        door.source, door.fields = source, frozenset(fields)
+        return door
+
+    def said(self, words) -> str:
+        """`words(self)`, a refusal worded by door (errors.Worded), led by the file's name where it names a
+        field the file gave (as yaml_file's refusals are)."""
+        text = words(self)
+        return f"{self.source}: {text}" if text != words("cli") else text
+
+
+def _in_file(arg: str, door: str) -> bool:
+    return isinstance(door, FileDoor) and arg in door.fields
+
+
 def named(arg: str, door: str = "sdk") -> str:
-    """Argument `arg` (FLAGS' key) as a refusal from `door` names it: cpu from the SDK, --cpu elsewhere."""
+    """Argument `arg` (FLAGS' key) as a refusal from `door` names it: cpu from the SDK, processes: from a
+    job file that gave it (FileDoor), --cpu elsewhere."""
+    if _in_file(arg, door):
+        return f"{arg}:"
     return arg if door == "sdk" else FLAGS.get(arg, "--" + arg.replace("_", "-"))
 
 
 def given_as(arg: str, value: str, door: str = "sdk", *, quoted: bool = False) -> str:
     """`arg` given `value`, as an example in a refusal from `door` writes it: cpu=2, --cpu 2; `quoted`: a
-    string, which the SDK's example writes as Python does (memory='3Gi', --memory 3Gi)."""
+    string, which the SDK's example writes as Python does (memory='3Gi', --memory 3Gi); a job file's
+    field as YAML does (processes: 4)."""
     return f"{arg}={value!r}" if door == "sdk" and quoted else f"{arg}={value}" if door == "sdk" else \
         f"{named(arg, door)} {value}"
 
 
 def switched(arg: str, door: str = "sdk") -> str:
     """A switch `arg` turned on, as a refusal from `door` writes it: previous=True, --previous."""
-    return f"{arg}=True" if door == "sdk" else named(arg, door)
+    return f"{arg}=True" if door == "sdk" else f"{arg}: true" if _in_file(arg, door) else named(arg, door)
 
 
 def door_words(door: str, *, cli: str, sdk: str) -> str:

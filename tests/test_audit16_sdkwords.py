@@ -18,9 +18,10 @@ def test_a_job_of_several_processes_without_a_launcher_is_named_by_its_fields_in
         assert str(sdk.value) == "processes=2 needs a launcher: give launcher='torchrun' (or 'mpi') as well"
     assert JobSpec(name="x", command=["true"], processes=2, launcher="torchrun").processes == 2
     (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nprocesses: 2\n")
-    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the CLI's words, as before
-    assert said.returncode == 2 and said.stderr == ("dtrain: error: --processes 2 needs a launcher: use dtrain "
-                                                    "submit-dist --launcher torchrun or dtrain submit-mpi\n"), said.stderr
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the file's field, as written there
+    assert said.returncode == 2 and said.stderr == (f"dtrain: error: job file '{tmp_path / 'job.yaml'}': processes: 2 "
+                                                    f"needs a launcher: use dtrain submit-dist --launcher torchrun or "
+                                                    f"dtrain submit-mpi\n"), said.stderr
 
 
 @pytest.mark.parametrize("given, says", [
@@ -362,14 +363,14 @@ def test_a_notebook_of_several_processes_names_the_arguments_given(fields, drop)
                                    "--max-restarts and --snapshot-on-success")
 
 
-def test_the_clis_notebook_and_job_file_keep_the_flags_words(cli, tmp_path):
+def test_the_clis_notebook_keeps_the_flags_words_and_a_job_file_its_fields(cli, tmp_path):
     code, said = cli("notebook", "nb", "--image", "Reg/X:1")
     assert code == 2 and said.startswith("dtrain: error: invalid --image 'Reg/X:1': use an image reference "), said
     code, said = cli("notebook", "nb", "--image", "Reg/X:1", "--dry-run")
     assert code == 2 and said.startswith("dtrain: error: invalid --image 'Reg/X:1': use an image reference "), said
     (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nworking_dir: src\n")
-    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, "dtrain: error: invalid --working-dir 'src': use "
-                                                                  "an absolute path\n")
+    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (
+        2, f"dtrain: error: job file '{tmp_path / 'job.yaml'}': invalid working_dir: 'src': use an absolute path\n")
 
 
 @pytest.mark.parametrize("fields, says, cli_said", [

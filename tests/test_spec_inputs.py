@@ -97,7 +97,7 @@ def test_a_value_aliases_multiply_below_the_bound_is_still_shown_short(tmp_path)
     """Six levels (531441 strings) stay under MAX_YAML_EXPANDED: the message shows the start."""
     text = 'name: lol\ncommand: ["true"]\nimage:\n' + BOMB[:BOMB.index("- &g")]
     assert yaml_mapping(text.encode(), "X", "a: 1")  # loads
-    line = one_line(run(tmp_path / "home", "submit", "-f", job_file(tmp_path, text), "--dry-run"), "--image", "...")
+    line = one_line(run(tmp_path / "home", "submit", "-f", job_file(tmp_path, text), "--dry-run"), "invalid image: ", "...")
     assert "must be a string" in line
 
 
@@ -191,15 +191,15 @@ def test_a_big_job_file_is_read_no_further_than_the_bound(tmp_path):
 
 # ---------------------------------------------------------------- 3: nested blocks of the wrong type
 @pytest.mark.parametrize("block, flags, needle", [
-    ("sagemaker: 5", [], "invalid sagemaker 5 in the job file: must be a mapping"),
-    ("sagemaker: [1, 2]", ["--spot"], "invalid sagemaker [1, 2] in the job file: must be a mapping"),
+    ("sagemaker: 5", [], "invalid sagemaker: 5: must be a mapping"),
+    ("sagemaker: [1, 2]", ["--spot"], "invalid sagemaker: [1, 2]: must be a mapping"),
     ("sagemaker: {channels: 5}", ["--channel", "a=s3://bkt/c"], "invalid sagemaker channels 5: must be a list"),
     ("sagemaker: {hyperparameters: [1]}", ["--hp", "a=1"], "invalid sagemaker hyperparameters [1]: must be a mapping"),
     ("sagemaker: {1: a, b: c}", [], "invalid sagemaker field name 1"),
-    ("env: [A]", ["-e", "B=1"], "invalid env ['A'] in the job file: must be a mapping"),
-    ("volumes: 5", ["--pvc", "a:/mnt"], "invalid volumes 5 in the job file: must be a list"),
-    ("pvc: {a: b}", [], "invalid pvc {'a': 'b'} in the job file: must be a list"),
-    ("image_pull_secrets: regcred", ["--image-pull-secret", "x"], "invalid image_pull_secrets 'regcred'"),
+    ("env: [A]", ["-e", "B=1"], "invalid env: ['A']: must be a mapping"),
+    ("volumes: 5", ["--pvc", "a:/mnt"], "invalid volumes: 5: must be a list"),
+    ("pvc: {a: b}", [], "invalid pvc: {'a': 'b'}: must be a list"),
+    ("image_pull_secrets: regcred", ["--image-pull-secret", "x"], "invalid image_pull_secrets: 'regcred'"),
 ])
 def test_a_nested_block_of_the_wrong_type_is_one_line(tmp_path, block, flags, needle):
     path = job_file(tmp_path, f"name: j\ncommand: [echo]\n{block}\n")

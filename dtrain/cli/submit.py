@@ -13,6 +13,7 @@ from dtrain.client import Client
 from dtrain.config import read_small_file
 from dtrain.errors import SpecError
 from dtrain.names import shown
+from dtrain.wording import FileDoor
 from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
                          parse_node_selector, parse_pvc, parse_toleration, sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -76,10 +77,11 @@ _BLOCKS = {"env": (Mapping, "a mapping of NAME: value, e.g. env: {SEED: '1'}"),
            "image_pull_secrets": ((list, tuple), "a list of names, e.g. image_pull_secrets: [regcred]")}
 
 
-def _check_blocks(data: Mapping) -> None:
+def _check_blocks(data: Mapping, source: str) -> None:
+    """Each nested block of job file `source` of its kind, refused naming the field as written there."""
     for key, (kind, what) in _BLOCKS.items():
         if data.get(key) is not None and not isinstance(data[key], kind):
-            raise SpecError(f"invalid {key} {shown(data[key])} in the job file: must be {what}")
+            raise SpecError(f"{source}: invalid {key}: {shown(data[key])}: must be {what}")
 
 
 def spec_from_args(args: argparse.Namespace, command: list[str], client: Client, *, launcher: str | None) -> JobSpec:
@@ -92,7 +94,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data_file = dict(data)
         # the fields that take numbers (processes: 0x10 was 16); command and env keep the text as typed
         check_yaml_numbers({k: data[k] for k in (*NUMBER_FIELDS, "sagemaker") if k in data}, f"job file {shown(args.file)}")
-        _check_blocks(data)
+        _check_blocks(data, f"job file {shown(args.file)}")
     if args.name:
         data["name"] = args.name
     if "name" not in data:
@@ -133,7 +135,9 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     data.setdefault("project", client.default_project)
     if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
         data.setdefault("backend", client.config.backend_for(data["project"]))
-    spec = JobSpec.from_dict(data, door="cli")  # the options' own refusals first (--max-wait 1e9), as on any backend
+    # the options' own refusals first (--max-wait 1e9), as on any backend; a field the file gave named as written
+    door = FileDoor(f"job file {shown(args.file)}", (k for k, v in data_file.items() if data.get(k) is v))
+    spec = JobSpec.from_dict(data, door=door)
     if chosen is None and spec.backend == "sagemaker":
         _configured_for(spec, client, given=sorted(data.get("sagemaker") or {}), from_file="sagemaker" in data_file)
     return spec

@@ -121,7 +121,7 @@ def idle_timeout_refusal(typed, door: str = "cli") -> SpecError:
         return SpecError(f"invalid idle_timeout {shown(typed)}: use a whole number of seconds from {MIN_IDLE_TIMEOUT} "
                          f"(1m) to {MAX_IDLE_TIMEOUT} (30d), e.g. idle_timeout=3600 (1h)")
     unit = "" if isinstance(typed, str) else " (seconds)"
-    return SpecError(f"invalid --idle-timeout {shown(typed)}{unit}: give 1m to 30d, i.e. a whole number of seconds "
+    return SpecError(f"invalid {named('idle_timeout', door)} {shown(typed)}{unit}: give 1m to 30d, i.e. a whole number of seconds "
                      f"from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}, e.g. 3600 (1h)")
 
 
