@@ -14,7 +14,7 @@ def test_the_submit_hint_names_the_backend_the_job_went_to(dt: Dtrain, tmp_path)
     find the job (it used to ask the local backend, which answers 'no job named ...')."""
     (tmp_path / "t.py").write_text("print('ok')\n")
     out = dt("submit", "hint", "--backend", "sagemaker", "--local", "--", "python", "t.py", cwd=tmp_path).stdout
-    hint = out.split("`")[1]
+    hint = out.split("You can run '")[1].split("'")[0]
     assert hint.startswith("dtrain ")
     shown = dt(*shlex.split(hint)[1:], check=False)
     assert shown.returncode == 0, shown.stderr
@@ -24,7 +24,7 @@ def test_the_submit_hint_names_the_backend_the_job_went_to(dt: Dtrain, tmp_path)
 
 def test_the_submit_hint_stays_plain_on_the_default_backend(dt: Dtrain, tmp_path):
     out = dt("submit", "plain", "--", "python", "-c", "print(1)", cwd=tmp_path).stdout
-    assert "`dtrain describe job plain`" in out
+    assert "'dtrain describe job plain'" in out
     dt("wait", "plain", "--timeout", "60")
 
 

@@ -163,7 +163,7 @@ def test_submits_hint_and_notebook_open_reach_a_job_of_a_kubernetes_project(team
     which looked in the configured project's namespace ('not found'); `notebook open` took no -p."""
     dt = team_b_on_kubernetes
     said = dt("submit", "k2", "-p", "team-b", "--", "python", "t.py").stdout
-    hint = said.split("`")[1]
+    hint = said.split("You can run '")[1].split("'")[0]
     assert hint == "dtrain describe job k2 -p team-b"
     assert dt.json(*hint.split()[1:])["backend"] == "kubernetes"  # the command works as printed
     assert_usage_error(dt("notebook", "open", "k2", "-p", "team-b", check=False), "job 'k2' is not a notebook")

@@ -27,7 +27,7 @@ from dtrain.errors import NotSupportedError
 def test_describe_without_p_finds_another_projects_job_as_the_local_backend_does(cli, clients):  # noqa: F811
     assert cli("config", "backend", "sagemaker")[0] == 0
     rc, out, _ = cli("submit", "tagged", "-p", "team-a", "--", "python", "train.py")
-    assert rc == 0 and "`dtrain describe job tagged -p team-a`" in out  # the hint names the job's -p
+    assert rc == 0 and "'dtrain describe job tagged -p team-a'" in out  # the hint names the job's -p
     rc, out, err = cli("describe", "job", "tagged")  # any project's, as locally: names are unique in a region
     assert (rc, err) == (0, "") and "\nProject: team-a\n" in out
     assert cli("describe", "job", "tagged", "-p", "team-a")[0] == 0

@@ -212,7 +212,7 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
           f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
     # `describe` asks the configured project's backend (on Kubernetes, its namespace): a job of another
     # project is named with -p (its backend, its namespace), one sent elsewhere (--backend) with that too
-    print(f"You can run `{client.command_for(f'describe job {info.name}', backend=info.backend, project=info.spec.project)}` "
+    print(f"You can run '{client.command_for(f'describe job {info.name}', backend=info.backend, project=info.spec.project)}' "
           f"to check the job status")
     return 0
 
