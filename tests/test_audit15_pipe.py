@@ -166,7 +166,7 @@ def test_the_candidate_volume_is_the_runs_own_unless_given(home):
     given = lanes.fill(lane_params(candidate_volume="lanes-candidate"))
     assert given["candidate_volume"] == "lanes-candidate"
     with pytest.raises(ConflictError, match="volume 'lanes-candidate', which the local backend already has: remove "
-                                            "it \\(dtrain volume delete lanes-candidate\\) or pass "
+                                            "it with 'dtrain volume delete lanes-candidate' or pass "
                                             "--param candidate_volume=NEW"):
         steps.check_plan("lane-detection", lanes.plan(given), client=client)
     with pytest.raises(SpecError, match="invalid volume name 'Kept'"):

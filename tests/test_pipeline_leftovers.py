@@ -44,7 +44,7 @@ def test_a_rerun_after_a_failed_run_is_refused_before_any_step(dt, home, capsys)
     code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "job_name=cifar10-hybrid")
     assert code == 2 and err.count("\n") == 1, err
     assert err == ("dtrain: error: pipeline 'hybrid-cifar10' would make job 'cifar10-hybrid' (Failed), which the "
-                   "local backend already has: pass --param job_name=NEW, or remove it (dtrain delete cifar10-hybrid) and "
+                   "local backend already has: pass --param job_name=NEW, or remove it with 'dtrain delete cifar10-hybrid' and "
                    "the checkpoints in cifar10:/models/cifar10-hybrid, which a new job of that name would resume\n")
     assert not (home / "pipelines").exists()  # no step ran: KFP made no run folder
     # a Deleted local job is replaced by a new one of its name: no refusal for it, but a data
@@ -92,8 +92,8 @@ def test_the_lane_pipeline_names_everything_a_run_before_left(dt, home, capsys):
     assert code == 2 and err.count("\n") == 1, err
     assert err == ("dtrain: error: pipeline 'lane-detection' would make job 'lanes-train' (Failed), volume "
                    "'pvc-lanes-data-0', snapshot 'lanes-prepared', volume 'lanes-candidate', which the local backend "
-                   "already has: remove them (dtrain delete lanes-train; dtrain volume delete pvc-lanes-data-0; "
-                   "dtrain snapshot delete lanes-prepared; dtrain volume delete lanes-candidate) or pass "
+                   "already has: remove them with 'dtrain delete lanes-train; dtrain volume delete pvc-lanes-data-0; "
+                   "dtrain snapshot delete lanes-prepared; dtrain volume delete lanes-candidate' or pass "
                    "--param job_prefix=NEW or --param candidate_volume=NEW\n")
     assert not (home / "pipelines").exists()
 
@@ -126,8 +126,8 @@ def test_on_kubernetes_a_job_being_deleted_still_takes_its_name(home, backend): 
     with pytest.raises(ConflictError) as err:
         steps.check_plan("hybrid-cifar10", plan, client=client)
     assert str(err.value) == ("pipeline 'hybrid-cifar10' would make job 'cifar10-hybrid' (Pending), which the "
-                              "kubernetes backend already has: pass --param job_name=NEW, or remove it (dtrain "
-                              "--backend kubernetes delete cifar10-hybrid) and the checkpoints in "
+                              "kubernetes backend already has: pass --param job_name=NEW, or remove it with 'dtrain "
+                              "--backend kubernetes delete cifar10-hybrid' and the checkpoints in "
                               "cifar10:/models/cifar10-hybrid, which a new job of that name would resume")
     backend.delete("cifar10-hybrid")
     with pytest.raises(ConflictError, match=r"job 'cifar10-hybrid' \(Deleted\), which the kubernetes backend"):

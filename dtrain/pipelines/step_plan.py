@@ -201,11 +201,12 @@ def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], d
     if kept:
         where = ", ".join(f"{f.volume}:/{f.path}" for f in kept)
         raise ConflictError(f"pipeline {pipeline!r} would make {shown_}, which the {backend} backend already "
-                            f"has: pass {params}, or remove {'it' if len(taken) == 1 else 'them'} "
-                            f"({'; '.join(removals)}) and the checkpoints in {where}, which a new job of that "
+                            f"has: pass {params}, or remove {'it' if len(taken) == 1 else 'them'} with "
+                            f"'{'; '.join(removals)}' and the checkpoints in {where}, which a new job of that "
                             f"name would resume")
     raise ConflictError(f"pipeline {pipeline!r} would make {shown_}, which the {backend} backend already "
-                        f"has: remove {'it' if len(taken) == 1 else 'them'} ({'; '.join(removals)}) or pass {params}")
+                        f"has: remove {'it' if len(taken) == 1 else 'them'} with '{'; '.join(removals)}' or pass "
+                        f"{params}")  # quoted as left_behind and every message quotes a command
 
 
 def _refuse_checkpoints(pipeline: str, folder: Fresh, client: Client) -> None:
