@@ -31,7 +31,7 @@ def _aws_region(var: str) -> str:
     value = os.environ[var]
     if not REGION_RE.match(value):
         raise SpecError(f"invalid ${var} {shown(value)}: use an AWS region such as us-east-1, or unset it "
-                        f"(dtrain config sagemaker --region REGION sets dtrain's own)")
+                        f"('dtrain config sagemaker --region REGION' sets dtrain's own)")
     return value
 
 

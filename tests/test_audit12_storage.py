@@ -169,6 +169,7 @@ def test_every_path_refuses_a_class_folder_below_an_unmounted_disk(unmounted, ar
     dt, root = unmounted
     line = usage_line(dt(*argv, check=False))
     assert f"storage class 'fast': its folder {root} {GONE}" in line and f"mkdir -p {root}" in line
+    assert "at another folder with 'dtrain config storage-class fast FOLDER', and retry" in line  # quoted
     assert os.listdir(root.parent) == []
     assert [v["name"] for v in dt.json("volume", "list")] == ["data"]
     assert json.loads(dt("list", "-A", "--json").stdout) == []

@@ -111,7 +111,7 @@ def test_a_removed_class_nested_in_a_configured_class_folder_names_a_move_that_w
     said = dt("config", "storage-class", "nvme", str(folder)).stderr  # named again: it said nothing of this
     assert said == (f"dtrain: warning: storage class 'nvme' takes no volume while {folder / 'fast'}, which overlaps "
                     f"its folder, holds 1 volume of storage class 'fast': 'dtrain volume classes' says how to move it "
-                    f"out, or give 'nvme' a folder of its own (dtrain config storage-class nvme FOLDER)\n"), said
+                    f"out, or give 'nvme' a folder of its own with 'dtrain config storage-class nvme FOLDER'\n"), said
     fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
     assert "--class nvme" not in fast["message"], fast["message"]
     assert dt("volume", "update", "v1", "--class", "nvme", check=False).returncode != 0  # what it named before

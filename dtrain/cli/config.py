@@ -270,8 +270,8 @@ def _warn_shared_folder(client: Client, name: str, root: str) -> None:
     for (other, folder), count in local.volumes_around(root).items():  # named: it cannot take a volume yet
         print(f"dtrain: warning: storage class '{name}' takes no volume while {folder}, which overlaps its folder, "
               f"holds {counted(count, 'volume')} of storage class '{other}': 'dtrain volume classes' says how to move "
-              f"{'it' if count == 1 else 'them'} out, or give '{name}' a folder of its own (dtrain config "
-              f"storage-class {name} FOLDER)", file=sys.stderr)
+              f"{'it' if count == 1 else 'them'} out, or give '{name}' a folder of its own with 'dtrain config "
+              f"storage-class {name} FOLDER'", file=sys.stderr)
 
 
 def _add_config(sub) -> None:

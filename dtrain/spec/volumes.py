@@ -161,7 +161,7 @@ def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None, key: str | 
                         f"{hint}")
     if len(parts) == 4 and parts[2].startswith("/") and parts[3] == "ro":  # CLASS:SIZE:MOUNT:ro
         raise SpecError(f"invalid {said}: a new volume (CLASS:SIZE:MOUNT) starts empty and is mounted "
-                        f"read-write; drop ':ro', or create the volume first (dtrain volume create) and "
+                        f"read-write; drop ':ro', or create the volume first with 'dtrain volume create' and "
                         f"mount it with VOLUME:MOUNT:ro")
     if len(parts) in (2, 3) and ("/" in parts[0] or parts[0] in (".", "..") or parts[0].startswith("~")):  # docker -v
         copy_in = f"submit copy-in --pvc local:10Gi:/mnt -- cp -r {_shell_path(parts[0])} /mnt/"
@@ -196,7 +196,7 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
         if _bool(d["read_only"], "read_only"):
             raise SpecError(f"invalid volume entry {shown(dict(d))}: a new volume (storage_class, size, mount_path) "
                             f"starts empty and is mounted read-write; drop read_only, or create the volume first "
-                            f"(dtrain volume create) and mount it with {{volume, mount_path, read_only: true}}")
+                            f"with 'dtrain volume create' and mount it with {{volume, mount_path, read_only: true}}")
     extra = set(d) - _VOLUME_KEYS[kind]
     unknown = sorted(k for k in extra if isinstance(k, str)) + [k for k in extra if not isinstance(k, str)]
     missing = sorted(k for k in _VOLUME_KEYS[kind] - set(d) if k != "read_only")

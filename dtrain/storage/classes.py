@@ -162,7 +162,7 @@ class ClassRoots:
         if not root.is_dir() and self._lost_root(root, there):
             raise StorageError(f"storage class {storage_class!r}: its folder {root} does not exist (removed, or its "
                                f"disk is not mounted): mount the disk or make the folder (mkdir -p {root}), or point "
-                               f"the class at another folder (dtrain config storage-class {storage_class} FOLDER), "
+                               f"the class at another folder with 'dtrain config storage-class {storage_class} FOLDER', "
                                f"and retry")
         if claim:
             try:

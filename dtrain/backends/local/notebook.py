@@ -70,15 +70,15 @@ def read_access(job_dir: Path, name: str, cmd=lambda words: f"dtrain {words}") -
             raise NotReadyError(f"notebook {name!r} has not started yet: see '{cmd(f'describe job {name}')}' "
                                 f"and try again when it is Running")
         raise ConflictError(f"{path} is not a file the notebook's supervisor wrote (a link or a special "
-                            f"file): remove it and restart the notebook ({cmd(f'delete {name}')}, then "
-                            f"{cmd(f'notebook start {name}')})")
+                            f"file): remove it, then restart the notebook with '{cmd(f'delete {name}')}' and "
+                            f"'{cmd(f'notebook start {name}')}'")
     try:
         with f:
             data = json.loads(f.read(MAX_ACCESS_BYTES))
         access = NotebookAccess(port=int(data["port"]), token=str(data["token"]))
     except (OSError, ValueError, TypeError, KeyError) as err:
-        raise ConflictError(f"{path} cannot be read ({type(err).__name__}: {err}): remove it and restart the "
-                            f"notebook ({cmd(f'delete {name}')}, then {cmd(f'notebook start {name}')})") from None
+        raise ConflictError(f"{path} cannot be read ({type(err).__name__}: {err}): remove it, then restart the "
+                            f"notebook with '{cmd(f'delete {name}')}' and '{cmd(f'notebook start {name}')}'") from None
     if not serving(job_dir, access.port):
         raise NotReadyError(f"notebook {name!r} is not serving on port {access.port} yet (Jupyter is starting, "
                             f"or another program holds the port): see '{cmd(f'logs {name}')}' and try again")
