@@ -285,7 +285,10 @@ def test_the_fake_deletes_the_running_pods_of_a_suspended_job(make_backend, clus
         mine += [p["metadata"]["name"] for p in cluster.run_pods(NS, "train")]
     assert len(mine) > 1
     backend.suspend("train")
-    assert {p["metadata"]["name"] for p in cluster.items("", "pods", NS)} == {*others, mine[0]}
+    going = {p["metadata"]["name"] for p in cluster.items("", "pods", NS) if p["metadata"].get("deletionTimestamp")}
+    assert going == set(mine[1:])  # deleted with their grace period (Terminating) ...
+    cluster.finish_deletions()
+    assert {p["metadata"]["name"] for p in cluster.items("", "pods", NS)} == {*others, mine[0]}  # ... then gone
 
 
 def test_the_fake_terminates_a_deleted_namespace_with_what_it_holds(backend, cluster):

@@ -1,8 +1,9 @@
 """`dtrain suspend` / `dtrain resume` on Kubernetes: the JSON Patch each kind takes (the Training
 Operator's runPolicy.suspend, batch/v1's and Trainer v2's spec.suspend, Kubeflow's stop annotation
 on a Notebook), sent through the official client to the shipped fake API server, the patched object
-checked against the CRD schemas, and the status read back. The fake's controller deletes the pods of
-a suspended job; the tests play the rest of its part (the Suspended condition)."""
+checked against the CRD schemas, and the status read back. The fake plays the controller's part: a
+suspended job's pods are deleted with their grace period (Terminating until `finish_deletions`) and the
+job gets a Suspended condition."""
 
 from __future__ import annotations
 
@@ -56,8 +57,14 @@ def test_suspend_and_resume_patch_the_kinds_flag(make_backend, cluster, how, kin
     with pytest.raises(ConflictError, match="only a Pending or Running job can be suspended"):
         backend.suspend("train")
 
-    assert cluster.items("", "pods", NS) == []  # the controller deleted the pods of the suspended job
-    cluster.transition(NS, "train", "Suspended", reason="JobSuspended")
+    # the controller deleted the pods of the suspended job: each has its grace period to checkpoint, then goes
+    pods = cluster.items("", "pods", NS)
+    assert pods and all(p["metadata"]["deletionTimestamp"] for p in pods)
+    assert {p.status for p in backend.get("train").processes} == {"Terminating"}
+    cluster.finish_deletions()
+    assert cluster.items("", "pods", NS) == []
+    [cond] = [c for c in cluster.get(*plural, NS, "train")["status"]["conditions"] if c["type"] == "Suspended"]
+    assert cond["status"] == "True" and cond["reason"].endswith("Suspended")  # as the controller writes it
     info = backend.get("train")
     assert info.status is JobStatus.SUSPENDED
     assert [e.status for e in info.events if e.message.startswith("Suspended")] == ["Suspended"]

@@ -13,7 +13,8 @@ no watches; a followed log ends when its pod ends, or when its client has gone w
 (`FakeCluster.streams` counts those being sent); PATCH takes a JSON Patch (a list: add, replace,
 remove, on members and array elements, `/-` appending, as RFC 6902 says) or a merge patch (a mapping).
 Where dtrain relies on a controller's move right after a write, the fake makes it then: a suspended job's
-(or stopped Notebook's) running pods go; a deleted namespace is Terminating, its objects are deleted and
+(or stopped Notebook's) running pods are deleted with their grace period (Terminating until
+`finish_deletions`) and the job gets a Suspended condition; a deleted namespace is Terminating, its objects are deleted and
 it goes once empty (one with a finalizer left holds it; nothing new may be created there meanwhile).
 Faults are injected with `FakeCluster.fail`: an error status for matching requests, or a dropped
 connection. `exec` speaks the API server's websocket channel protocol once `FakeCluster.on_exec`

@@ -42,20 +42,46 @@ class FakeControllers:
     def _stop_suspended(self, job: dict) -> None:
         """The job controllers on a job suspended (a batch Job's or TrainJob's spec.suspend, the Training
         Operator's runPolicy.suspend) and Kubeflow's notebook controller on a stopped Notebook: the pods it
-        owns that have not ended are deleted (the fake gives them no grace period)."""
+        owns that have not ended are deleted with their grace period (marked, deletionTimestamp set, until
+        `finish_deletions`: the kubelet's SIGTERM, then their end), and a job gets a Suspended condition
+        (status True; a Kubeflow job's Running goes False). A job resumed gets Suspended False."""
         spec, meta = job.get("spec") or {}, job["metadata"]
         suspended = {"Job": spec.get("suspend"), "TrainJob": spec.get("suspend"),
                      "PyTorchJob": (spec.get("runPolicy") or {}).get("suspend"),
                      "MPIJob": (spec.get("runPolicy") or {}).get("suspend"),
                      "Notebook": ANN_NOTEBOOK_STOPPED in (meta.get("annotations") or {})}.get(job["kind"])
+        if job["kind"] != "Notebook":
+            self._suspended_condition(job, bool(suspended))
         if not suspended:
             return
         for key, pod in list(self.objects.items()):
             if (key[:3] == ("", "pods", meta.get("namespace", "")) and key in self.objects
                     and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
                     and any(o.get("uid") == meta["uid"] for o in pod["metadata"].get("ownerReferences") or [])):
-                self._remove(key)
+                grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                pod["metadata"].setdefault("deletionTimestamp", rfc3339(time.time() + grace))
+                pod["metadata"].setdefault("deletionGracePeriodSeconds", grace)
         self._protect_claims()
+
+    @staticmethod
+    def _suspended_condition(job: dict, suspended: bool) -> None:
+        """The Suspended condition as the controllers write it (batch/v1: JobSuspended / JobResumed; the
+        Training Operator: <Kind>Suspended / <Kind>Resumed, its Running False while suspended)."""
+        conds = job.setdefault("status", {}).setdefault("conditions", [])
+        old = next((c for c in conds if c["type"] == "Suspended"), None)
+        if old is None and not suspended or old is not None and (old["status"] == "True") == suspended:
+            return  # never suspended, or no change
+        when, kind = rfc3339(time.time()), job["kind"]
+        prefix = kind if kind in ("PyTorchJob", "MPIJob") else "Job"
+        word = "Suspended" if suspended else "Resumed"
+        conds[:] = [c for c in conds if c["type"] != "Suspended"]
+        conds.append({"type": "Suspended", "status": str(suspended), "reason": prefix + word,
+                      "message": f"{kind} {job['metadata']['name']} is {word.lower()}.",
+                      "lastUpdateTime": when, "lastTransitionTime": when})
+        if suspended and prefix != "Job":
+            for c in conds:
+                if c["type"] in ("Running", "Restarting") and c["status"] == "True":
+                    c.update(status="False", lastTransitionTime=when)
 
     def _terminate(self, namespace: str) -> None:
         """The namespace controller on a namespace marked deleted: every object in it is deleted (one with
