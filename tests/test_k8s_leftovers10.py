@@ -2,7 +2,9 @@
 at once and wrote no Suspended condition, so what dtrain reads while a job stops was never exercised:
 its pods now get their grace period (Terminating, then gone) and the job its Suspended condition, as
 the Job controller and the Training Operator write them; a PyTorchJob suspended by someone else
-(kubectl, a queue) reads Pending with the controller's reason, not Running."""
+(kubectl, a queue) reads Pending with the controller's reason, not Running. dtrain's RoleBinding deleted
+to be made anew whose create then failed was said as if it were still there (a 403: the fix named deleting
+it) or not at all (a 409)."""
 
 from __future__ import annotations
 
@@ -46,4 +48,42 @@ def test_a_pytorchjob_suspended_with_kubectl_reads_pending_with_the_operators_re
     [cond] = [c for c in cluster.get("kubeflow.org", "pytorchjobs", NS, "train")["status"]["conditions"]
               if c["type"] == "Suspended"]
     assert (cond["status"], cond["reason"]) == ("False", "PyTorchJobResumed")
+
+
+@pytest.mark.parametrize("status", [403, 409])
+def test_a_rolebinding_deleted_for_repair_whose_create_fails_is_one_line_and_a_rerun_repairs_it(backend, cluster,
+                                                                                               caplog, status):
+    """dtrain's RoleBinding bound to another Role is deleted and made anew (a roleRef never changes); where
+    the create is then refused (403) or answered 409 with none there, the RoleBinding is gone: the user is told
+    so in one line naming it, the verb and the fix, and the next submit makes it."""
+    import logging
+
+    from test_k8s_leftovers9 import EDITOR, WATCHER, _binding, _bound, _submit_watched
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    backend.create_volume("data", size="1Gi")
+    _binding(cluster, [EDITOR], role="view")
+    cluster.fail("POST", "/rolebindings", status, "no", after=1, once=True)  # submit's first create: 409, made
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend, "one")
+    assert cluster.get("batch", "jobs", NS, "one")  # the job runs all the same
+    assert cluster.items("rbac.authorization.k8s.io", "rolebindings", NS) == []  # deleted, not made again
+    (said,) = [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()]
+    verb = ("this account may not create RoleBindings there (kubectl auth can-i create "
+            f"rolebindings.rbac.authorization.k8s.io -n {NS})" if status == 403 else "its create failed: ")
+    assert said.startswith(
+        f"dtrain: warning: RoleBinding dtrain-snapshotter in namespace {NS}, labelled as made by dtrain, bound Role "
+        f"view, not Role dtrain-snapshotter: it was deleted to be made anew, and {verb}"), said
+    assert said.endswith(
+        f"so the snapshot watcher may not read the job or take its snapshot until it is made: submit again once "
+        f"allowed (that makes it), or ask an admin to run kubectl create rolebinding dtrain-snapshotter -n {NS} "
+        f"--role=dtrain-snapshotter --serviceaccount={NS}:dtrain-snapshotter"), said
+    assert "\n" not in said
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend, "two")  # the refusal has passed: the rerun makes it
+    assert [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()] == []
+    made = _bound(cluster)
+    assert made["roleRef"]["name"] == "dtrain-snapshotter" and WATCHER in made["subjects"]
 

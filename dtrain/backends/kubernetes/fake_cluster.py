@@ -134,13 +134,15 @@ class FakeCluster(FakeControllers):
             self._protect_claims()
             self._empty_namespaces()
 
-    def fail(self, method: str, path: str, status: int, message: str = "", *, carried_out: bool = False) -> None:
+    def fail(self, method: str, path: str, status: int, message: str = "", *, carried_out: bool = False,
+             after: int = 0, once: bool = False) -> None:
         """Answer every later `method` request ('*': any) whose path holds `path` with `status` and
         a Status body, as the API server answers a refused request; DROP closes the connection instead.
-        carried_out: the request takes effect first, as when an answer is lost after the write."""
+        carried_out: the request takes effect first, as when an answer is lost after the write; after: the
+        first `after` such requests are answered as usual; once: only one is refused (a refusal that passes)."""
         with self.lock:
             self.faults.append(Fault(method, path, status, message or f"injected {_REASONS.get(status, status)}",
-                                     carried_out))
+                                     carried_out, after, once))
 
     def wait_streams(self, predicate: Callable[[int], bool], timeout: float) -> bool:
         """Block until predicate(streams being sent) holds, e.g. until every follow has ended;
@@ -159,6 +161,12 @@ class FakeCluster(FakeControllers):
         with self.lock:
             self.requests.append((method, url))
             fault = next((f for f in self.faults if f.method in ("*", method) and f.path in url.split("?")[0]), None)
+            if fault is not None and (fault.after or fault.once):
+                at = self.faults.index(fault)
+                if fault.after:  # this one passes
+                    self.faults[at], fault = fault._replace(after=fault.after - 1), None
+                else:
+                    del self.faults[at]
         if fault is not None:
             if fault.carried_out:
                 self._answer(method, url, body)

@@ -23,6 +23,8 @@ class Fault(NamedTuple):
     status: int  # the HTTP status of the answer; DROP: no answer, the connection closes
     message: str
     carried_out: bool  # the request takes effect first: its answer is lost after the write
+    after: int = 0  # this many matching requests are carried out first, as if no fault were there
+    once: bool = False  # the fault answers one request, then is gone
 
 
 def rfc3339(t: float, *, nanos: bool = False) -> str:

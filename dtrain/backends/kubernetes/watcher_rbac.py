@@ -90,16 +90,41 @@ class WatcherRbacVerbs:
             else:
                 self.api.replace({**fixed, "metadata": {**found["metadata"], "labels": fixed["metadata"]["labels"]}},
                                  ROLE_BINDING)  # as read (its resourceVersion): a change meanwhile is a 409
-        except ConflictError:
-            return  # made or changed meanwhile by another submit, which repairs it the same way
+        except ConflictError as err:
+            if step != "create" or self._binding_lacking(want) is None and self._binding_exists(want):
+                return  # made or changed meanwhile by another submit, which repairs it the same way
+            self._unmade_binding(found, want, f"its create failed: {err}")
         except DtrainError as err:
             refused = isinstance(err, Forbidden) and not isinstance(err, Unauthenticated)
             why = (f"this account may not {step} RoleBindings there (kubectl auth can-i {step} "
                    f"rolebindings.rbac.authorization.k8s.io -n {meta['namespace']})" if refused
                    else f"its {step} failed: {err}")
-            gone = ", deleted to be made anew but not made again," if step == "create" else ""
+            if step == "create":
+                self._unmade_binding(found, want, why)
+                return
             logging.getLogger(__name__).warning("dtrain: warning: %s", (said or "").replace(
-                ", and submit leaves the RoleBinding as it is:", f"{gone or ','} and {why}:"))
+                ", and submit leaves the RoleBinding as it is:", f", and {why}:"))
+
+    def _binding_exists(self, want: dict) -> bool:
+        try:
+            self.api.read(ROLE_BINDING, want["metadata"]["namespace"], want["metadata"]["name"])
+        except DtrainError:
+            return False
+        return True
+
+    @staticmethod
+    def _unmade_binding(found: dict, want: dict, why: str) -> None:
+        """The warning (one line) of dtrain's RoleBinding deleted to be made anew (its roleRef put right)
+        whose create then failed: it is gone, so the fix is to make it, which the next submit does."""
+        meta, ref, account = want["metadata"], want["roleRef"], want["subjects"][0]
+        got = found.get("roleRef") or {}
+        logging.getLogger(__name__).warning(
+            "dtrain: warning: RoleBinding %s in namespace %s, labelled as made by dtrain, bound %s %s, not Role %s: "
+            "it was deleted to be made anew, and %s, so the snapshot watcher may not read the job or take its "
+            "snapshot until it is made: submit again once allowed (that makes it), or ask an admin to run kubectl "
+            "create rolebinding %s -n %s --role=%s --serviceaccount=%s:%s", meta["name"], meta["namespace"],
+            got.get("kind") or "?", got.get("name") or "?", ref["name"], " ".join(why.split()), meta["name"],
+            meta["namespace"], ref["name"], account["namespace"], account["name"])
 
     def _complete_role(self, want: dict) -> None:
         """The snapshot watcher's Role, made once per namespace, may come from an older dtrain and lack a
