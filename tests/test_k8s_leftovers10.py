@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 
 from dtrain.backends.base import JobStatus  # noqa: E402
+from dtrain.backends.kubernetes.fake import FakeKubeServer  # noqa: E402
 from dtrain.backends.kubernetes.objects import PYTORCH_JOB  # noqa: E402
 from dtrain.cli.listing import cmd_describe  # noqa: E402
 from dtrain.client import Client  # noqa: E402
@@ -87,3 +88,50 @@ def test_a_rolebinding_deleted_for_repair_whose_create_fails_is_one_line_and_a_r
     made = _bound(cluster)
     assert made["roleRef"]["name"] == "dtrain-snapshotter" and WATCHER in made["subjects"]
 
+
+def test_get_projects_carries_a_terminating_project_as_a_typed_field(tmp_path, backend, cluster):
+    """The CLI marked a project whose namespace is being deleted; GET /projects passed `extra.status` through
+    untyped, and the dashboard marked nothing. The record's `terminating` is in the OpenAPI schema."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from dtrain.server.app import create_app
+    from test_k8s_terminating import _terminating
+
+    client = Client(home=tmp_path / "sdk-home", backend="kubernetes", backends={"kubernetes": backend})
+    http = TestClient(create_app(lambda: client), base_url="http://127.0.0.1:8000")
+    backend.create_project("other")
+    _terminating(backend, cluster)
+    listed = {p["name"]: p for p in http.get("/api/v1/projects").json()}
+    assert (listed["lanes"]["terminating"], listed["other"]["terminating"]) == (True, False)
+    assert http.get("/api/v1/projects/lanes").json()["terminating"] is True
+    schema = http.get("/api/v1/openapi.json").json()["components"]["schemas"]["Project"]["properties"]
+    assert schema["terminating"]["type"] == "boolean"
+    [lanes] = [p for p in client.list_projects() if p.name == "lanes"]
+    assert lanes.terminating is True and lanes.extra["status"] == "Terminating"  # kept for one release
+
+
+@pytest.mark.slow  # a browser and a server process: about 15 s
+def test_the_dashboards_projects_page_marks_a_terminating_project(home, tmp_path, backend, cluster):
+    from test_dashboard_browser import CHROMEDRIVER, CHROMIUM, WebDriverWait, chrome, no_errors, text_of
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them)")
+    from server_util import ServerProcess
+    from test_k8s_leftovers3 import _cli
+    from test_k8s_terminating import _terminating
+
+    backend.create_project("other")
+    _terminating(backend, cluster)
+    with FakeKubeServer(cluster) as kube:
+        _cli(home, tmp_path, kube)  # config.yaml: that cluster, project lanes
+        server = ServerProcess(home)
+        try:
+            with chrome() as browser:
+                browser.get(server.url + "/#/projects")
+                row = "#projects-table tr[data-project='{}'] td:first-child"
+                WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, row.format("lanes")))
+                assert text_of(browser, row.format("lanes")) == "lanes (Terminating)"
+                assert text_of(browser, row.format("other")) == "other"
+                no_errors(browser)
+        finally:
+            server.stop()

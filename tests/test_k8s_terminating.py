@@ -40,9 +40,9 @@ def _terminating(backend, cluster: FakeCluster) -> None:
 def test_project_list_marks_a_terminating_project(backend, cluster):
     _terminating(backend, cluster)
     [lanes] = backend.list_projects()
-    assert (lanes.name, lanes.extra.get("status")) == ("lanes", "Terminating")
+    assert (lanes.name, lanes.terminating, lanes.extra.get("status")) == ("lanes", True, "Terminating")
     [alone] = backend.read_project("lanes")  # as `project create` reads it back
-    assert alone.extra.get("status") == "Terminating"
+    assert alone.terminating and alone.extra.get("status") == "Terminating"
 
 
 def test_project_create_submit_and_volume_create_into_it_are_one_line_naming_the_fix(backend, cluster):
@@ -64,7 +64,7 @@ def test_the_table_marks_a_terminating_project(capsys):
 
         def list_projects(self):
             return Listed([ProjectInfo(name="lanes", backend="kubernetes", gpu_quota=2, gpus_allocated=0, jobs=0,
-                                       extra={"namespace": NS, "status": "Terminating"}),
+                                       extra={"namespace": NS, "status": "Terminating"}, terminating=True),
                            ProjectInfo(name="team", backend="kubernetes", gpu_quota=None, gpus_allocated=0, jobs=1)])
     assert cmd_project(argparse.Namespace(action="list", json=False), Projects()) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]

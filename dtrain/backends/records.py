@@ -325,6 +325,7 @@ class ProjectInfo(_Record):
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the namespace
     running: int = 0  # its jobs Running now (Client.list_projects counts them)
     pending: int = 0  # its jobs Pending: queued, or preempted and queued again
+    terminating: bool = False  # Kubernetes: its namespace is being deleted (kubectl's Terminating)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -58,7 +58,8 @@ def cmd_project(args, client: Client) -> int:
 
 def _marks(project, default: str) -> str:
     """A project's marks in the table: ' (default)', ' (Terminating)' while Kubernetes deletes its namespace."""
-    marks = [m for m in ("default" if project.name == default else "", project.extra.get("status", "")) if m]
+    marks = [m for m in ("default" if project.name == default else "", "Terminating" if project.terminating else "")
+             if m]
     return f" ({', '.join(marks)})" if marks else ""
 
 

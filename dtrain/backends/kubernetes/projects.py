@@ -224,8 +224,8 @@ class ProjectVerbs:
     def _project_read(self, project: str, namespace: str, objects: list[tuple[Resource, dict]], *, going: bool = False
                       ) -> tuple[ProjectInfo, list[Notice]]:
         """The record of `project` from its job `objects`, its quota and its pods, and the notices of
-        what this account may not read of them. `going`: its namespace is being deleted, `extra['status']`
-        'Terminating' (kubectl's word), until it is gone."""
+        what this account may not read of them. `going`: its namespace is being deleted, `terminating`
+        (and `extra['status']` 'Terminating', kubectl's word, for one release), until it is gone."""
         unknown: list[tuple[str, str]] = []
         try:
             quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
@@ -245,7 +245,7 @@ class ProjectVerbs:
         if unknown:
             extra["unknown"] = "; ".join(said for _, said in unknown)
         return (ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
-                            gpus_allocated=gpus, jobs=jobs, extra=extra),
+                            gpus_allocated=gpus, jobs=jobs, extra=extra, terminating=going),
                 [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown])
 
     def _has_project(self, name: str) -> bool:

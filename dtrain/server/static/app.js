@@ -722,7 +722,9 @@ function projectsPage(main) {
     const [{body: projects, headers}, hist] = await Promise.all([request("/projects"), history()]);
     const now = gpusNow(hist, "project");
     const rows = projects.map(p => h("tr", {"data-project": p.name},
-      h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name)),
+      h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name),
+        // its namespace being deleted (Kubernetes): kubectl's word, as `project list` marks it
+        ...(p.terminating ? [" ", h("span", {class: "terminating", title: "being deleted: nothing new may be made in it"}, "(Terminating)")] : [])),
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
       h("td", {class: "gpu-util"}, gpuUtil(now[p.name])), h("td", {class: "gpu-memory"}, gpuMemory(now[p.name])),

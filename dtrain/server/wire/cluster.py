@@ -83,6 +83,9 @@ class Project(BaseModel):
     jobs: int
     running: int = Field(0, description="its jobs Running now")
     pending: int = Field(0, description="its jobs Pending (queued, or preempted and queued again)")
+    terminating: bool = Field(False, description="Kubernetes: its namespace is being deleted (kubectl's "
+                                                 "Terminating): nothing new may be made in it, and it goes once what "
+                                                 "it holds is gone (extra.status says so too, for one release)")
     extra: dict[str, Any]
 
 
