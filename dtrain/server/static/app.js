@@ -194,15 +194,23 @@ function gpuHistory() {
   };
 }
 
+// Whose a GPU sample is: a job is named by its backend, project and name together (two jobs of one name in two
+// projects, or a --local one beside a Kubernetes one, were given each other's GPUs when matched by name), a
+// project by its backend and name. The samples are of the default backend's nodes, each naming that backend.
+const jobKey = j => JSON.stringify([j.backend, j.project, j.name]);
+const sampleJobKey = x => x.job ? JSON.stringify([x.backend, x.project, x.job]) : null;
+const projectKey = p => JSON.stringify([p.backend, p.name]);
+const sampleProjectKey = x => x.job && x.project ? JSON.stringify([x.backend, x.project]) : null;
+
 // What each job's GPUs do now, from the server's newest round of samples (taken together, every few seconds), as
-// Run:AI's job list shows a job's GPU utilisation and memory: {job: {util, used, total}}, util the mean of its
+// Run:AI's job list shows a job's GPU utilisation and memory: {jobKey: {util, used, total}}, util the mean of its
 // GPUs' (null where NVML gives none: injected GPUs, MIG), used and total summed (null where unknown). `by`
-// "project": each project's jobs' GPUs together, as Run:AI's Projects view shows them.
+// "project": each project's jobs' GPUs together ({projectKey: ...}), as Run:AI's Projects view shows them.
 function gpusNow(samples, by) {
   const newest = samples.length ? samples[samples.length - 1].time : null;
   const now = {};
   for (const x of samples) {
-    const key = by === "project" ? x.job && x.project : x.job;
+    const key = by === "project" ? sampleProjectKey(x) : sampleJobKey(x);
     if (x.time !== newest || !key) continue;
     const j = now[key] = now[key] || {utils: [], used: 0, total: 0};
     j.utils.push(x.utilization);
@@ -217,6 +225,14 @@ function gpusNow(samples, by) {
 // A job's GPU utilisation and memory cells' words: "-" for a job holding no GPU or one not sampled yet
 const gpuUtil = g => !g || g.util === null ? "-" : g.util.toFixed(0) + "%";
 const gpuMemory = g => !g || g.used === null ? "-" : `${size(g.used)} / ${size(g.total)}`;
+// A job page's GPU figures now, in words: for a job holding GPUs, why there are none where there are none (it read
+// "- / -" alike for a job whose node reports no figures, as injected GPUs and nodes without NVML, and one not sampled yet).
+function gpuNowWords(j, g) {
+  if (!j.gpus_allocated) return "- (no GPU held)";
+  if (!g) return "- (not sampled)";  // yet, or a job of a backend whose nodes the server does not sample
+  if (g.util === null && g.used === null) return "no GPU figures: this job's node reports none";
+  return `${gpuUtil(g)} / ${gpuMemory(g)}`;
+}
 
 // A table, or where it has no rows and `none` is given, that sentence in its place (an empty table showed
 // its headers only: no volumes yet, or a table that failed to fill, looked the same).
@@ -294,8 +310,8 @@ function jobsPage(main) {
       h("td", {}, jobLink(j.name, j.project)), jobStatusCell(j), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
-      h("td", {class: "gpu-util"}, j.gpus_allocated ? gpuUtil(now[j.name]) : "-"),
-      h("td", {class: "gpu-memory"}, j.gpus_allocated ? gpuMemory(now[j.name]) : "-"),
+      h("td", {class: "gpu-util"}, j.gpus_allocated ? gpuUtil(now[jobKey(j)]) : "-"),
+      h("td", {class: "gpu-memory"}, j.gpus_allocated ? gpuMemory(now[jobKey(j)]) : "-"),
       h("td", {class: "actions"}, ...jobButtons(j, "", j.project))));
     const none = total ? "No jobs on this page: go back with Prev."
       : status.value ? "No jobs match these filters."
@@ -445,8 +461,7 @@ function jobPage(main, name, project, note) {
       h("div", {}, "Node"), h("div", {}, j.node || "-"),
       h("div", {}, "GPUs allocated (requested)"), h("div", {}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("div", {}, "CPUs / memory requested per process"), h("div", {id: "job-requests"}, `${j.spec.cpu ?? "-"} / ${j.spec.memory || "-"}`),
-      h("div", {}, "GPU utilization / memory used now"), h("div", {id: "job-gpu-now"}, j.gpus_allocated
-        ? `${gpuUtil(now[j.name])} / ${gpuMemory(now[j.name])}` : "- (no GPU held)"),
+      h("div", {}, "GPU utilization / memory used now"), h("div", {id: "job-gpu-now"}, gpuNowWords(j, now[jobKey(j)])),
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${marked(j.snapshot, j.snapshot_deleted)} / ${startedFrom(j) || "-"}`)),
@@ -465,7 +480,7 @@ function jobPage(main, name, project, note) {
     redraw(snaps, s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
       h("td", {}, x.name, ...earlierRun(x)), h("td", {}, marked(x.volume, x.volume_deleted)), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
-    await drawCurves(curves, name, hist, project);
+    await drawCurves(curves, j, hist, project);
     jobEnded = FINAL.has(j.status);
     finalReads = jobEnded ? finalReads + 1 : 0;
     return finalReads >= 2 ? STOP : undefined;
@@ -505,7 +520,8 @@ async function volumesKept(j) {
   }
 }
 
-async function drawCurves(holder, name, hist, project) {
+async function drawCurves(holder, j, hist, project) {
+  const name = j.name;
   const metrics = await api(jobPath(name, project, "/metrics"));
   const recs = metrics.filter(r => typeof r.step === "number");
   const keys = [["loss", "loss"], ["images_per_s", "images/s"]];
@@ -515,7 +531,7 @@ async function drawCurves(holder, name, hist, project) {
              lineChart(series, {label: title + " by step", empty: "no '" + k + "' logged (dtrain.training.MetricsWriter)"}));
   });
   // the GPUs this job held, from the server's samples of the last minutes
-  const mine = hist.filter(x => x.job === name);
+  const mine = hist.filter(x => sampleJobKey(x) === jobKey(j));
   const gpus = [...new Set(mine.map(x => x.node + "/" + x.gpu))];
   const byGpu = key => gpus.map(g => ({name: "GPU " + g, points: mine.filter(x => x.node + "/" + x.gpu === g).map(x => [x.time, x[key]])}));
   const series = byGpu("utilization"), memory = byGpu("memory_used");
@@ -727,7 +743,7 @@ function projectsPage(main) {
         ...(p.terminating ? [" ", h("span", {class: "terminating", title: "being deleted: nothing new may be made in it"}, "(Terminating)")] : [])),
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
-      h("td", {class: "gpu-util"}, gpuUtil(now[p.name])), h("td", {class: "gpu-memory"}, gpuMemory(now[p.name])),
+      h("td", {class: "gpu-util"}, gpuUtil(now[projectKey(p)])), h("td", {class: "gpu-memory"}, gpuMemory(now[projectKey(p)])),
       h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p)), h("td", {class: "backend"}, p.backend),
       h("td", {class: "actions"}, ...projectButtons(p, said))));
     redraw(holder, ...[warningNote(headers, "projects-warning")].filter(Boolean), table(["Project", "GPU quota",

@@ -63,6 +63,8 @@ class GpuSample(BaseModel):
     time: float
     node: str
     gpu: str
+    backend: str | None = Field(None, description="the backend whose node it is (the default one): with `project` "
+                                                  "and `job`, which job holds it")
     job: str | None
     project: str | None = Field(None, description="its job's project, as the backend knows it; null: held by none of "
                                                   "dtrain's jobs")

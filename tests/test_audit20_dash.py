@@ -1,0 +1,88 @@
+"""Audit 20, the dashboard: GPU figures matched to jobs by name alone (two jobs of one name shared them) and a job's
+"- / -" where its node reports no GPU figures."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+from server_util import ServerProcess, wait_until
+
+browser_tests = pytest.importorskip("test_dashboard_browser")
+text_of, attrs_of = browser_tests.text_of, browser_tests.attrs_of
+in_browser = browser_tests.in_browser
+from test_k8s_backend import IMAGE, NS  # noqa: E402
+
+# each Jobs row's project and its GPU utilisation and memory cells (rows are found by name, which both share)
+ROWS = ("return [...document.querySelectorAll(\"#jobs-table tr[data-job='train']\")].map(r => "
+        "[r.children[3].innerText, r.querySelector('td.gpu-util').innerText, r.querySelector('td.gpu-memory').innerText])")
+
+
+@in_browser
+def test_two_jobs_of_one_name_on_two_backends_each_show_their_own_gpus(home, tmp_path, monkeypatch):
+    """Samples (of the default backend's nodes) were matched to jobs by name: a Kubernetes job `train` of project
+    lanes showed the GPU figures of the local `train` beside it (42% of a stand-in NVML). Each shows its own now, in
+    the Jobs table and on its page: a job is its backend, project and name."""
+    from test_audit6_dash import nvml_env
+
+    monkeypatch.delenv("DTRAIN_GPUS", raising=False)
+    cluster = FakeCluster()
+    cluster.add_node("gpu-1", gpus=1)
+    kube = FakeKubeServer(cluster).start()
+    kube.write_kubeconfig(tmp_path / "kubeconfig")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump({"project_backends": {"lanes": "kubernetes"}, "kubernetes": {
+        "kubeconfig": str(tmp_path / "kubeconfig"), "image": IMAGE}}))
+    server = ServerProcess(home, env=nvml_env(tmp_path), cwd=tmp_path)
+    try:
+        http = server.http
+        for project in ("default", "lanes"):
+            r = http.post("/api/v1/jobs", json={"name": "train", "command": ["sleep", "300"], "gpu": 1,
+                                                "project": project})
+            assert r.status_code == 201, r.text
+        cluster.run_pods(NS, "train", nodes=("gpu-1",))
+        wait_until(lambda: {(j["backend"], j["status"], j["gpus_allocated"]) for j in http.get("/api/v1/jobs").json()}
+                   == {("local", "Running", 1), ("kubernetes", "Running", 1)}, what="both jobs running on a GPU")
+        wait_until(lambda: any(s["job"] == "train" for s in http.get("/api/v1/nodes/history").json()),
+                   what="a sample of the local job's GPU")
+        want = {"default": ("42%", "3Gi / 80Gi"), "lanes": ("-", "-")}
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/jobs")
+
+            def shown():
+                return {p: (u, m) for p, u, m in browser.execute_script(ROWS)}
+            wait_until(lambda: shown() == want, what=f"each job's own GPU use {want}")
+            browser.get(server.url + "/#/job/train?project=default")
+            wait_until(lambda: text_of(browser, "#job-gpu-now") == "42% / 3Gi / 80Gi", what="its GPU use now")
+            browser.get(server.url + "/#/job/train?project=lanes")
+            wait_until(lambda: text_of(browser, "#job-gpu-now") == "- (not sampled)", what="the other's")
+            browser_tests.no_errors(browser)
+    finally:
+        server.stop()
+        kube.close()
+
+
+@in_browser
+def test_a_job_on_a_node_reporting_no_gpu_figures_says_so(home, tmp_path):
+    """A job holding injected GPUs (as a node without NVML) read '- / -' on its page, as if it were not sampled; it
+    says its node reports no figures now. A CPU job still reads that it holds no GPU."""
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    try:
+        http = server.http
+        for name, gpu in (("on-gpu", 1), ("cpu-only", 0)):
+            r = http.post("/api/v1/jobs", json={"name": name, "command": ["sleep", "300"], "gpu": gpu})
+            assert r.status_code == 201, r.text
+        wait_until(lambda: [j["status"] for j in http.get("/api/v1/jobs").json()] == ["Running"] * 2,
+                   what="both jobs running")
+        wait_until(lambda: any(s["job"] == "on-gpu" for s in http.get("/api/v1/nodes/history").json()),
+                   what="a sample of its GPU")
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/job/on-gpu")
+            wait_until(lambda: text_of(browser, "#job-gpu-now") == "no GPU figures: this job's node reports none",
+                       what="why it has no GPU figures")
+            browser.get(server.url + "/#/job/cpu-only")
+            wait_until(lambda: text_of(browser, "#job-gpu-now") == "- (no GPU held)", what="a CPU job's GPU use")
+            browser_tests.no_errors(browser)
+    finally:
+        server.stop()
