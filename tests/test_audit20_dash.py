@@ -1,5 +1,5 @@
-"""Audit 20, the dashboard: GPU figures matched to jobs by name alone (two jobs of one name shared them) and a job's
-"- / -" where its node reports no GPU figures."""
+"""Audit 20, the dashboard: GPU figures matched to jobs by name alone (two jobs of one name shared them), a job's
+"- / -" where its node reports no GPU figures, and a Projects table that could not tell config.yaml's default."""
 
 from __future__ import annotations
 
@@ -83,6 +83,35 @@ def test_a_job_on_a_node_reporting_no_gpu_figures_says_so(home, tmp_path):
                        what="why it has no GPU figures")
             browser.get(server.url + "/#/job/cpu-only")
             wait_until(lambda: text_of(browser, "#job-gpu-now") == "- (no GPU held)", what="a CPU job's GPU use")
+            browser_tests.no_errors(browser)
+    finally:
+        server.stop()
+
+
+@in_browser
+def test_the_projects_table_marks_config_yamls_default_project_and_offers_no_delete_for_it(home, tmp_path):
+    """The page could not tell which project config.yaml makes the default, so it offered a Delete the server
+    refuses; that project is marked, its Delete disabled with the server's reason, and the API says `default`."""
+    server = ServerProcess(home, cwd=tmp_path)
+    dt = server.dtrain()
+    try:
+        dt("project", "create", "lanes")
+        dt("project", "create", "other")
+        dt("project", "set", "lanes")
+        refused = server.http.delete("/api/v1/projects/lanes")
+        assert refused.status_code == 409, refused.text
+        flags = {p["name"]: p["default"] for p in server.http.get("/api/v1/projects").json()}
+        assert flags == {"default": False, "lanes": True, "other": False}, flags
+        assert server.http.get("/api/v1/projects/lanes").json()["default"] is True
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/projects")
+            button = "tr[data-project='{}'] button.delete-project"
+            wait_until(lambda: attrs_of(browser, button.format("lanes"), "disabled") == [""], what="lanes' Delete off")
+            [title] = attrs_of(browser, button.format("lanes"), "title")
+            assert title == refused.json()["error"]  # the server's own reason
+            assert attrs_of(browser, button.format("other"), "disabled") == [None]
+            marks = attrs_of(browser, "#projects-table tr[data-project]", "data-project", ".default-project")
+            assert marks == [["default", ""], ["lanes", "(default)"], ["other", ""]], marks
             browser_tests.no_errors(browser)
     finally:
         server.stop()

@@ -41,9 +41,10 @@ def projects(request: Request, response: Response):
     jobs (all but Deleted), and how many of them run and wait now. A `Warning` header says when a
     backend could not be read and the others' projects are listed, or a project's GPU quota or pods
     could not be (Kubernetes RBAC: the quota shown as null, GPUs counted from the jobs' requests)."""
-    listed = client(request).list_projects()
+    c = client(request)
+    listed = c.list_projects()
     wire.warn(response, listed.notices)
-    return [wire.Project.model_validate(p) for p in listed]
+    return [wire.project_out(p, c.default_project) for p in listed]
 
 
 ProjectName = Annotated[str, Path(pattern=wire.NAME, description="a project name")]
@@ -62,7 +63,7 @@ def get_project(request: Request, response: Response, name: ProjectName):
         raise NotFoundError(f"no project named {name!r}; see 'dtrain project list' for the projects, or "
                             f"GET /api/v1/projects")
     wire.warn(response, listed.notices)
-    return wire.Project.model_validate(found)
+    return wire.project_out(found, c.default_project)
 
 
 @router.post("/projects", response_model=wire.Project, status_code=201,
@@ -73,7 +74,8 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
     """Create a project (201), or change an existing one's GPU quota (200; `no_gpu_quota` removes it).
     The record is read back from the projects; an account that may create a project but not read its
     jobs (Kubernetes RBAC) gets what was set, with a `Warning` header, as the CLI leaves out its notes."""
-    made, existed, unknown = client(request).made_project(body.name, gpu_quota=body.gpu_quota,
+    c = client(request)
+    made, existed, unknown = c.made_project(body.name, gpu_quota=body.gpu_quota,
                                                           no_gpu_quota=body.no_gpu_quota)
     if existed:
         response.status_code = 200
@@ -81,7 +83,7 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
         wire.locate(request, response, "projects", body.name, None)
     if unknown is not None:
         response.headers["warning"] = wire.warning_header(unknown)
-    return made
+    return wire.project_out(made, c.default_project)
 
 
 @router.delete("/projects/{name}", response_model=wire.DeletedProject, responses=CHANGES)

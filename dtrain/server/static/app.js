@@ -705,12 +705,15 @@ function overQuota(p) {
 
 // A project's Delete (`dtrain project delete`, DELETE /projects/NAME): confirmed first; the server's refusal (jobs,
 // notebooks, volumes or snapshots still in it; the configured default project) stays in the banner, as a job's
-// Delete's does, and what went is said above the table. `default` has a disabled button saying why: the server
-// refuses it always. None on a read-only server.
+// Delete's does, and what went is said above the table. `default`, and the default project config.yaml names (the
+// record's `default`; the page could not tell it, and offered a Delete the server refuses), have a disabled button
+// saying why. None on a read-only server.
 const UNDELETABLE = "project 'default' cannot be deleted: every job given no project runs in it";
+const undeletable = p => p.name === "default" ? UNDELETABLE
+  : `project '${p.name}' is the default project (config.yaml's project): make another the default first ('dtrain project set default'), then delete it`;
 function projectButtons(p, said) {
   if (readOnly()) return [];
-  if (p.name === "default") return [h("button", {class: "danger delete-project", disabled: true, title: UNDELETABLE}, "Delete")];
+  if (p.name === "default" || p.default) return [h("button", {class: "danger delete-project", disabled: true, title: undeletable(p)}, "Delete")];
   return [h("button", {class: "danger delete-project", title: `delete project ${p.name}`,
                        onclick: () => deleteProject(p.name, said)}, "Delete")];
 }
@@ -740,7 +743,8 @@ function projectsPage(main) {
     const rows = projects.map(p => h("tr", {"data-project": p.name},
       h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name),
         // its namespace being deleted (Kubernetes): kubectl's word, as `project list` marks it
-        ...(p.terminating ? [" ", h("span", {class: "terminating", title: "being deleted: nothing new may be made in it"}, "(Terminating)")] : [])),
+        ...(p.terminating ? [" ", h("span", {class: "terminating", title: "being deleted: nothing new may be made in it"}, "(Terminating)")] : []),
+        ...(p.default ? [" ", h("span", {class: "muted default-project", title: "config.yaml's default project: a job given none goes here"}, "(default)")] : [])),
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
       h("td", {class: "gpu-util"}, gpuUtil(now[projectKey(p)])), h("td", {class: "gpu-memory"}, gpuMemory(now[projectKey(p)])),

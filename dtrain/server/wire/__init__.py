@@ -29,4 +29,4 @@ from dtrain.server.wire.storage import (_DIGITS,  # noqa: F401  (re-exported)
                                         VerifyReport, Change, LineageNode, LineageEdge, Lineage)
 from dtrain.server.wire.cluster import (ProjectIn,  # noqa: F401  (re-exported)
                                         PROJECTS_WARNING, PROJECT_MADE_WARNING, NODES_WARNING, Gpu, Node, GpuSample,
-                                        Project, node_out, ForgotBackend, DeletedProject)
+                                        Project, project_out, node_out, ForgotBackend, DeletedProject)

@@ -88,7 +88,14 @@ class Project(BaseModel):
     terminating: bool = Field(False, description="Kubernetes: its namespace is being deleted (kubectl's "
                                                  "Terminating): nothing new may be made in it, and it goes once what "
                                                  "it holds is gone (extra.status says so too, for one release)")
+    default: bool = Field(False, description="whether it is the default project (config.yaml's project, where a job "
+                                             "given none goes): DELETE refuses it, as it refuses `default`")
     extra: dict[str, Any]
+
+
+def project_out(p, default_project: str) -> Project:
+    """ProjectInfo -> the wire, `default` said (the page marks it and offers no Delete the server refuses)."""
+    return Project.model_validate(p).model_copy(update={"default": p.name == default_project})
 
 
 def node_out(n) -> Node:
