@@ -197,6 +197,9 @@ def test_a_volume_and_a_snapshot_are_deleted_from_the_storage_page_and_a_refusal
             wait_until(lambda: "data (deleted)" in text_of(browser, "tr[data-snapshot='first']"), what="its snapshot kept")
 
             delete("tr[data-volume='used'] button.delete-volume", "Delete volume used?")
+            force = WebDriverWait(browser, 30).until(expected_conditions.alert_is_present())
+            assert force.text.startswith(refused.json()["error"] + "\n"), force.text  # --force offered, declined
+            force.dismiss()
             wait_until(lambda: text_of(browser, "#banner") == refused.json()["error"], what="the refusal")
             assert text_of(browser, "#snapshot-message") == ""  # the last delete's words are not this one's
             updated = text_of(browser, "#updated")

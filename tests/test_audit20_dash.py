@@ -1,5 +1,6 @@
 """Audit 20, the dashboard: GPU figures matched to jobs by name alone (two jobs of one name shared them), a job's
-"- / -" where its node reports no GPU figures, and a Projects table that could not tell config.yaml's default."""
+"- / -" where its node reports no GPU figures, a Projects table that could not tell config.yaml's default, and a
+volume Delete that never forced."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from server_util import ServerProcess, wait_until
 browser_tests = pytest.importorskip("test_dashboard_browser")
 text_of, attrs_of = browser_tests.text_of, browser_tests.attrs_of
 in_browser = browser_tests.in_browser
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from test_k8s_backend import IMAGE, NS  # noqa: E402
 
 # each Jobs row's project and its GPU utilisation and memory cells (rows are found by name, which both share)
@@ -113,5 +116,37 @@ def test_the_projects_table_marks_config_yamls_default_project_and_offers_no_del
             marks = attrs_of(browser, "#projects-table tr[data-project]", "data-project", ".default-project")
             assert marks == [["default", ""], ["lanes", "(default)"], ["other", ""]], marks
             browser_tests.no_errors(browser)
+    finally:
+        server.stop()
+
+
+@in_browser
+def test_a_volume_delete_refused_for_a_job_using_it_offers_the_force_quoting_the_refusal(home, tmp_path):
+    """The volume Delete never forced: a volume a running job uses was refused and could be deleted from the CLI
+    only (`dtrain volume delete --force`). The refusal, verbatim, is now asked about in a second confirm that forces."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        http = server.http
+        assert http.post("/api/v1/volumes", json={"name": "scratch", "size": "1Gi"}).status_code == 201
+        r = http.post("/api/v1/jobs", json={"name": "uses-it", "command": ["sleep", "300"], "volumes": ["scratch:/mnt"]})
+        assert r.status_code == 201, r.text
+        wait_until(lambda: http.get("/api/v1/jobs/uses-it").json()["status"] == "Running", what="the job running")
+        refused = http.delete("/api/v1/volumes/scratch")  # nothing changes by asking
+        assert refused.status_code == 409 and "--force" in refused.json()["error"], refused.text
+        with browser_tests.chrome() as browser:
+            wait = WebDriverWait(browser, 30)
+            browser.get(server.url + "/#/storage")
+            wait_until(lambda: text_of(browser, "tr[data-volume='scratch']"), what="the volume's row")
+            browser_tests.click(browser, "tr[data-volume='scratch'] button.delete-volume")
+            first = wait.until(expected_conditions.alert_is_present())
+            assert first.text.startswith("Delete volume scratch?"), first.text
+            first.accept()
+            second = wait.until(expected_conditions.alert_is_present())
+            assert second.text.startswith(refused.json()["error"] + "\n"), second.text
+            assert "--force" in second.text.splitlines()[-1]
+            second.accept()
+            wait_until(lambda: text_of(browser, "#snapshot-message") == "Volume scratch deleted.", what="it went")
+            assert "scratch" not in [v["name"] for v in http.get("/api/v1/volumes").json()]
+            browser_tests.no_errors(browser, but="409 (Conflict)")  # the refusal asked about
     finally:
         server.stop()

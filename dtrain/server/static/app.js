@@ -820,16 +820,26 @@ function freedText(f) {  // the tail of `dtrain snapshot delete`'s line
   if (f.no_room) return ", its data not freed yet: the home disk had no room; the next snapshot list frees it";
   return `, ${size(f.bytes)} freed` + (f.pending ? " (more once running snapshots finish)" : "");
 }
-async function deleteStored(kind, name, asked, said) {
+// A volume's refusal that --force would overcome (a job uses it; the refusal says "--force") is quoted in a second
+// confirm that offers the force (`dtrain volume delete --force`, ?force=true): the page never forced, so such a
+// volume could be deleted from the CLI only.
+async function deleteStored(kind, name, asked, said, force) {
   const what = kind === "volume" ? "Its files are lost; snapshots taken of it stay." : "Data no other snapshot holds is freed.";
-  if (!confirm(`Delete ${kind} ${name}? ${what}`)) return;
+  if (!force && !confirm(`Delete ${kind} ${name}? ${what}`)) return;
   said.textContent = "";
   try {
-    const r = await api(withProject(`/${kind}s/${encodeURIComponent(name)}`, asked), {method: "DELETE"});
+    const path = withProject(`/${kind}s/${encodeURIComponent(name)}`, asked);
+    const r = await api(force ? path + (path.includes("?") ? "&" : "?") + "force=true" : path, {method: "DELETE"});
     refusal = "";
     said.textContent = kind === "snapshot" ? `Snapshot ${name} deleted${freedText(r)}.`
       : r && r.kept ? `Volume ${name} deleting (${r.kept}).` : `Volume ${name} deleted.`;
-  } catch (e) { refusal = e.message; }
+  } catch (e) {
+    if (kind === "volume" && !force && e.status === 409 && e.message.includes("--force")
+        && confirm(`${e.message}\n\nDelete volume ${name} anyway (--force)? The jobs using it lose its files.`)) {
+      return deleteStored(kind, name, asked, said, true);
+    }
+    refusal = e.message;
+  }
   showBanner("");
   refresh();
 }
