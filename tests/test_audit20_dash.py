@@ -150,3 +150,37 @@ def test_a_volume_delete_refused_for_a_job_using_it_offers_the_force_quoting_the
             browser_tests.no_errors(browser, but="409 (Conflict)")  # the refusal asked about
     finally:
         server.stop()
+
+
+# each match's text height over its line height: 1 for one line
+LINES = ("return [...document.querySelectorAll(arguments[0])].map(e => { const s = getComputedStyle(e);"
+         " return [e.innerText, (e.clientHeight - parseFloat(s.paddingTop) - parseFloat(s.paddingBottom))"
+         " / parseFloat(s.lineHeight)]; })")
+
+
+@in_browser
+def test_the_jobs_table_headers_and_a_jobs_labels_are_one_line_in_a_1280_px_window(home, tmp_path):
+    """The Jobs table's headers wrapped (four lines) below a 1400 px window and the job head's requests label below
+    1400 px; at 1280 px each is one line, and the table's buttons stay in the window."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        for name, command in (("train", ["sleep", "300"]), ("done", ["true"])):
+            r = server.http.post("/api/v1/jobs", json={"name": name, "command": command, "cpu": 1, "memory": "1Gi"})
+            assert r.status_code == 201, r.text
+        with browser_tests.chrome() as browser:
+            browser.set_window_size(1280, 1000)
+            assert browser.execute_script("return window.innerWidth") == 1280
+            browser.get(server.url + "/#/jobs")
+            wait_until(lambda: attrs_of(browser, "tr[data-job='train'] button.danger", "class"), what="the rows")
+            headers = browser.execute_script(LINES, "#jobs-table th")
+            assert len(headers) == 11 and all(abs(lines - 1) < 0.1 for _, lines in headers), headers
+            fits = browser.execute_script("""const width = document.documentElement.clientWidth;
+                return [document.documentElement.scrollWidth <= width,
+                        [...document.querySelectorAll('#jobs-table button')].every(b => b.getBoundingClientRect().right <= width)];""")
+            assert fits == [True, True]
+            browser.get(server.url + "/#/job/train")
+            wait_until(lambda: text_of(browser, "#job-requests") == "1 / 1Gi", what="its requests")
+            labels = browser.execute_script(LINES, "#job-head .kv > div:nth-child(odd)")
+            assert labels and all(abs(lines - 1) < 0.1 for _, lines in labels), labels
+    finally:
+        server.stop()
