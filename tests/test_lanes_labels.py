@@ -59,7 +59,10 @@ def test_real_test_labels_parse():
         # true/false, a negative x other than -2 and more than 5 lanes are read as the official evaluation reads them
         # (tests/test_lanes_laneeval.py)
         (line(lanes=[[-2] * 55 + [None]]), "lanes\\[0\\]\\[55\\] must be a number, got null"),
-        (line(lanes=[[-2] * 55 + [10**400]]), "lanes\\[0\\]\\[55\\] is 1000.*, out of range: give -2147483647 to"),
+        (line(lanes=[[-2] * 55 + [10**400]]), "lanes\\[0\\]\\[55\\] is 1.000e\\+400, out of range: give -2147483647 to"),
+        # a number as written, short: 1e308 was quoted as the 309 digits of int(1e308)
+        (line(lanes=[[-2] * 55 + [1e308]]), "lanes\\[0\\]\\[55\\] is 1e\\+308, out of range: give -2147483647 to 2147483647$"),
+        (line(lanes=[[-2] * 55 + [-3e9]]), "lanes\\[0\\]\\[55\\] is -3000000000.0, out of range: give -2147483647 to"),
         # a raw_file that leads out of the dataset: training read /etc/passwd as a frame
         (line(raw_file="/etc/passwd"), "raw_file '/etc/passwd' leads out of the dataset folder: give a path inside it"),
         (line(raw_file="clips/../../x/20.jpg"), "raw_file 'clips/../../x/20.jpg' leads out of the dataset folder"),

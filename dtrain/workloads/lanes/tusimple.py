@@ -69,6 +69,17 @@ def is_number(value: object) -> bool:
         return False
 
 
+def _short(v: int | float) -> str:
+    """A number for a message: a float as JSON writes it (1e+308), an integer of more than 15 digits in
+    e-notation from its digits (1.000e+400), so one bad label stays one short line."""
+    if isinstance(v, float):
+        return repr(v)
+    digits = str(abs(v))
+    if len(digits) <= 15:
+        return str(v)
+    return f"{'-' if v < 0 else ''}{digits[0]}.{digits[1:4]}e+{len(digits) - 1}"
+
+
 def _coords(value: object, what: str) -> tuple[int | float, ...]:
     """Pixel coordinates: integers, floats of whole value (300.0, as numpy-written labels give them) taken as those
     integers, and fractional floats (300.5, as some published converters write them) kept as given: the official
@@ -82,10 +93,10 @@ def _coords(value: object, what: str) -> tuple[int | float, ...]:
             v = int(v)
         if not (_is_int(v) or is_number(v)):  # null, a string, NaN, Infinity
             raise ValueError(f"{what}[{i}] must be a number, got {json.dumps(v)}")
+        if abs(v) > MAX_COORD:  # quoted as written, short (1e+308 printed 309 digits once taken as an integer)
+            raise ValueError(f"{what}[{i}] is {_short(v)}, out of range: give -{MAX_COORD} to {MAX_COORD}")
         if isinstance(v, float) and v.is_integer():
             v = int(v)
-        if abs(v) > MAX_COORD:
-            raise ValueError(f"{what}[{i}] is {v}, out of range: give -{MAX_COORD} to {MAX_COORD}")
         out.append(v)
     return tuple(out)
 
