@@ -48,6 +48,19 @@ def test_a_value_of_another_type_or_past_the_spec_bounds_is_refused_not_converte
     assert says in refused(http, {field: value})
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("command", "python train.py --epochs 2",
+     """invalid command 'python train.py --epochs 2': must be a list of strings, not one string: """
+     """send ["python", "train.py", "--epochs", "2"]"""),
+    ("volumes", "data:/mnt", """invalid volumes 'data:/mnt': must be a list of strings, not one string: """
+     """send ["data:/mnt"]"""),
+])
+def test_one_string_for_a_list_says_which_list_to_send(http, field, value, says):
+    """A command written as one shell line ("command": "python train.py") read "command: Input should be a
+    valid list", where a job file's `command: python train.py` says it must be a list of strings."""
+    assert refused(http, {field: value}) == says
+
+
 def test_the_schema_states_the_spec_bounds(http):
     fields = http.get("/api/v1/openapi.json").json()["components"]["schemas"]["SpecIn"]["properties"]
     assert (fields["gpu"]["maximum"], fields["max_restarts"]["maximum"]) == (16, 100)

@@ -11,6 +11,7 @@ thread gets its own Client (SQLite then locks between them as it does between CL
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import sqlite3
@@ -247,7 +248,8 @@ def _one_line(request, problems) -> str:
         return f"invalid request: {wire.RESTORE_BODY}"
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
-        if said := _number_refusal(request, e) or _query_refusal(request, e) or _number_for_text(request, e):
+        if said := (_number_refusal(request, e) or _query_refusal(request, e) or _number_for_text(request, e)
+                     or _text_for_list(e)):
             return said
         if e.get("type") == "string_pattern_mismatch":
             return _pattern_refusal(request, e.get("ctx", {}).get("pattern"), e.get("input"), loc)
@@ -302,6 +304,17 @@ def _number_for_text(request, problem) -> str | None:
     # an item of a list or a mapping (a job file's `env: {STEPS: 3}`, which YAML reads as a number): env.STEPS
     field = ".".join(str(x) if str(x).isprintable() else ascii(x) for x in loc[1:])
     return f"invalid {field} {shown(value)}: {field} takes a JSON string, not a number: send \"{text}\""
+
+
+def _text_for_list(problem) -> str | None:
+    """A string where a body field takes a list of strings ("command": "python train.py"): the job file's
+    line (`dtrain submit -f`) with the JSON to send; None for anything else."""
+    loc, value = tuple(problem.get("loc", ())), problem.get("input")
+    if problem.get("type") != "list_type" or len(loc) != 2 or loc[0] != "body" or not isinstance(value, str):
+        return None
+    words = value.split() if loc[1] == "command" else [value]
+    return (f"invalid {loc[1]} {shown(value)}: must be a list of strings, not one string: "
+            f"send {json.dumps(words or [value])}")
 
 
 def _body_pattern(request, name: str) -> str | None:
