@@ -184,3 +184,23 @@ def test_the_ddp_overhead_bench_times_every_variant_in_two_real_processes():
     bad = subprocess.run([sys.executable, str(REPO / "bench/ddp_overhead.py"), "--rounds", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--rounds 0 is out of range: give 1 to 1000" in bad.stderr
+
+
+@pytest.mark.parametrize("message, said", [
+    ("rank 0 exited (exit code 2); see 'dtrain logs j --rank 0'",
+     "scaling job j Failed: rank 0 exited (exit code 2); see 'dtrain logs j --rank 0'"),
+    ("out of memory", "scaling job j Failed: out of memory; see 'dtrain logs j'"),
+])
+def test_a_failed_run_names_the_logs_to_read_once(message, said):
+    """`-- --bogus` failed a run with "...; see 'dtrain logs J --rank 0'; see 'dtrain logs J'": two pointers
+    to the same logs, the second less precise."""
+    from types import SimpleNamespace
+
+    from dtrain.bench.scaling import _wait
+    from dtrain.errors import DtrainError
+
+    failed = SimpleNamespace(status=SimpleNamespace(value="Failed"), message=message)
+    client = SimpleNamespace(wait=lambda name: failed)
+    with pytest.raises(DtrainError) as refused:
+        _wait(client, "j")
+    assert str(refused.value) == said

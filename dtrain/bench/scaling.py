@@ -208,7 +208,8 @@ def _spec(args, client: Client, p: int, name: str, job_out: Path) -> JobSpec:
 def _wait(client: Client, name: str) -> None:
     info = client.wait(name)
     if info.status.value != "Succeeded":
-        raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}; see 'dtrain logs {name}'")
+        hint = "" if "'dtrain logs " in (info.message or "") else f"; see 'dtrain logs {name}'"  # said once
+        raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}{hint}")
 
 
 def _terminated(signum, frame):
