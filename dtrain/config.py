@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
-from dtrain.errors import SpecError, StorageError
+from dtrain.errors import SpecError, StorageError, Worded
 from dtrain.names import CLASS_RE, MAX_CLASS, listed
 from dtrain.numbers import NumberWord, plain, real_number, whole_number
 from dtrain.replace import replace_file
@@ -189,6 +189,8 @@ class UserConfig:
 
         try:
             node_labels(self.node_labels, "node_labels")
+        except Worded as err:  # a YAML file's words: quote it ('None={...}' was the SDK's, with no argument to name)
+            raise SpecError(f"{where}: {err.in_words('file')}") from None
         except SpecError as err:
             raise SpecError(f"{where}: {err}") from None
         if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):

@@ -183,6 +183,11 @@ def test_local_submit_runs_a_job_whose_selector_matches_and_describe_shows_it(dt
 def test_a_bad_node_label_in_config_yaml_is_named(dt: Dtrain):
     (dt.home / "config.yaml").write_text("node_labels: {run.ai/type: 'a b'}\n")
     assert_usage_error(dt("nodes", check=False), "node_labels", "invalid value 'a b'")
+    # a number YAML reads as no string is told to quote it, as in a job file (it read "e.g. None={'gpu': '8'}")
+    (dt.home / "config.yaml").write_text("node_labels:\n  gpu: 8\n")
+    proc = dt("nodes", check=False)
+    assert_usage_error(proc, "node_labels", "invalid value 8 of node_labels gpu: ", "(quote it in YAML)")
+    assert "None=" not in proc.stderr
     (dt.home / "config.yaml").write_text("node_labels: [a]\n")
     assert_usage_error(dt("nodes", check=False), "node_labels", "mapping")
 
