@@ -240,7 +240,7 @@ class Settings:
                                     f"{', '.join(cfg.node_labels) or 'none'}); nothing was changed")
             cfg.node_labels = {**{k: v for k, v in cfg.node_labels.items() if k not in unset}, **given}
             try:
-                node_labels(cfg.node_labels, "node label")
+                node_labels(cfg.node_labels, "node label", arg="labels")  # the SDK names its argument
             except SpecError as err:
                 raise SpecError(f"{err}; nothing was changed") from None
 

@@ -64,6 +64,14 @@ def test_node_labels_that_are_not_a_mapping_are_a_spec_error(home, labels):
         dtrain.Client(home=home).configure_node_labels(labels)
 
 
+def test_a_node_label_value_that_is_no_string_names_the_argument_to_write(home):
+    """configure_node_labels({"gpu": 8}) said "must be a string, e.g. None={'gpu': '8'}": no argument is None."""
+    with pytest.raises(SpecError) as refused:
+        dtrain.Client(home=home).configure_node_labels({"gpu": 8})
+    assert str(refused.value) == ("invalid value 8 of node label gpu: must be a string, e.g. labels={'gpu': '8'}; "
+                                  "nothing was changed")
+
+
 def test_a_storage_class_name_that_is_not_a_name_is_a_spec_error(home, tmp_path):
     with pytest.raises(SpecError, match=r"^storage class \['fast'\]: use a lower-case name"):
         dtrain.Client(home=home).set_storage_class(["fast"], tmp_path)
