@@ -99,4 +99,14 @@ def test_a_flag_is_never_abbreviated_and_its_start_names_the_whole_flag(dt: Dtra
     (--timeout, --tier); kubectl's and runai's flags are never abbreviated."""
     proc = dt(*words, check=False)
     assert_usage_error(proc, f"unrecognized arguments: {given}", f"flags are not abbreviated: {fix}")
+
+
+def test_a_flag_given_a_value_is_not_taken_for_the_start_of_a_switch(dt: Dtrain):
+    """`artifacts J --out d` said "(flags are not abbreviated: give --output-data)", a switch that takes no
+    folder, where the flag missing is --to."""
+    proc = dt("artifacts", "j", "--out", "d", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --out; the following arguments are required: --to")
+    assert "--output-data" not in proc.stderr
+    # without a value it may be the switch's start
+    assert "give --output-data" in dt("artifacts", "j", "--out", check=False).stderr
     assert "ambiguous" not in proc.stderr and "invalid choice" not in proc.stderr

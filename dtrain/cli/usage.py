@@ -53,7 +53,7 @@ class Parser(argparse.ArgumentParser):
         elif message.startswith("the following arguments are required: ") and (unknown := self._unknown_given()):
             # `volume update work --tier fast`, `artifacts JOB --dest d`: the flag typed in place of the
             # required one went unsaid, as if nothing had been given
-            hint = abbreviated(unknown, self._long_options())
+            hint = abbreviated(unknown, self._options_for(unknown))
             near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
             hint = hint or (f"did you mean {near[0]}?" if near else "")
             message = f"unrecognized arguments: {unknown}{f' ({hint})' if hint else ''}; {message}"
@@ -133,6 +133,15 @@ class Parser(argparse.ArgumentParser):
         """This (sub-)parser's words before any '--' (after it: the command's own)."""
         given = getattr(self, "_given", [])
         return given[:given.index("--")] if "--" in given else given
+
+    def _options_for(self, word: str) -> list[str]:
+        """The long options `word` may have meant: with a value after it (`artifacts J --out d`), only those
+        that take one (it named --output-data, a switch, where --to was missing)."""
+        head = self._head()
+        after = head[head.index(word) + 1:head.index(word) + 2] if word in head else []
+        if "=" in word or not after or after[0].startswith("-"):
+            return self._long_options()
+        return [o for o in self._long_options() if self._option_string_actions[o].nargs != 0]
 
     def _long_options(self) -> list[str]:
         return sorted(o for o in self._option_string_actions if o.startswith("--"))
