@@ -33,7 +33,7 @@ from typing import Callable
 from dtrain import db
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, DeletedProjectInfo, JobInfo, JobStatus, Listed,
                                   LogStream, Notice,
-                                  Page, ProjectInfo, TimeoutError_, check_page, check_status, notices_of, page_of)
+                                  Page, ProjectInfo, TimeoutError_, check_page, check_statuses, notices_of, page_of)
 from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup, no_notebook
 from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
@@ -354,10 +354,11 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         """A page of `list_notebooks`' notebooks in `status` (None: all but Deleted), newest first (by
         creation time, then name): `offset` skipped, at most `limit` (1 to 1000; None: the rest), with
         `total`, how many matched, and `notices`, as `page`'s for jobs."""
-        status = check_status(status)
+        statuses = check_statuses(status)
         check_page(limit, offset, "notebooks")
-        books = self.list_notebooks(project=project, show_deleted=status == JobStatus.DELETED)
-        return page_of(Listed((b for b in books if status is None or b.status == status), books.notices), limit, offset)
+        books = self.list_notebooks(project=project, show_deleted=statuses is not None and JobStatus.DELETED in statuses)
+        return page_of(Listed((b for b in books if statuses is None or b.status in statuses), books.notices),
+                       limit, offset)
 
     def notebook_url(self, name: str, *, project: str | None = None, wait: float = 0, backend: str | None = None) -> str:
         """`wait`: seconds to wait for a Running notebook's Jupyter to serve (a NotReadyError until then)."""

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from dtrain.backends.base import (Backend, JobCount, JobPage, JobStatus, JobSummary, Listed, Notice, ProjectInfo,
-                                  check_page, check_status, newest_first, notices_of)
+                                  check_page, check_statuses, newest_first, notices_of)
 from dtrain.client_lookup import FORGET_BACKEND
 from dtrain.errors import DtrainError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, check_name, shown
@@ -69,7 +69,7 @@ class EveryBackend:
         could not be read while the rest was (SageMaker: AWS failed, the --local jobs are listed)."""
         if not isinstance(show_deleted, bool):
             raise SpecError(f"invalid show_deleted {shown(show_deleted)}: use True or False")
-        status = check_status(status)
+        statuses = check_statuses(status)
         terms = None if selector is None else parse_selector(selector)  # a bad one: refused before any read
         def unexpired(backend: Backend, project: str | None = None) -> Listed:
             jobs = backend.list() if project is None else backend.list(project=project)
@@ -91,7 +91,7 @@ class EveryBackend:
         for backend, jobs in listed:
             notices += jobs.notices
             out += [j for j in jobs
-                    if (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
+                    if (j.status in statuses if statuses is not None else show_deleted or j.status != JobStatus.DELETED)
                     and (terms is None or selects(terms, j.spec.labels))]
         return Listed(out if len(listed) == 1 else sorted(out, key=lambda j: (j.created, j.name)), notices)
 
@@ -102,17 +102,18 @@ class EveryBackend:
         with `total`, how many matched (the dashboard's Jobs table), and `notices`, as `list`'s.
         `selector` keeps the jobs whose labels match it (as `list`'s) before the count and the page."""
         if selector is not None:  # labels are matched on the records: the list, filtered, then paged
-            status = check_status(status)
+            status = check_statuses(status)
             check_page(limit, offset)
             jobs = self.list(project=project, selector=selector, status=status, show_deleted=False)
             return newest_first(jobs, limit, offset)
         if project is None and len(self._every_backend()) > 1:
             # every backend's first offset + limit jobs (past a page's bound: all), merged, then the page of them
-            status = check_status(status)
+            status = check_statuses(status)
             check_page(limit, offset)
             first = None if limit is None or offset + limit > MAX_PAGE else offset + limit
+            key = status and "+".join(sorted(s.value for s in status))
             pages, notices = self._across(lambda backend: self._expired_forgotten(backend, None).page(
-                status=status, limit=first), cached=f"page {status and status.value} {first}")
+                status=status, limit=first), cached=f"page {key} {first}")
             merged = newest_first([j for _, p in pages for j in p.jobs], limit, offset)
             return JobPage(total=sum(p.total for _, p in pages), jobs=merged.jobs,
                            notices=(*notices, *(n for _, p in pages for n in p.notices)))

@@ -47,6 +47,59 @@ def test_list_status_in_any_case_and_sagemakers_words_at_the_cli_and_the_sdk(dt,
     assert list(client.list_notebooks(status="Stopped")) == []  # a job of type Notebook alone, as page_notebooks
 
 
+def _in_progress_and_done(dt) -> None:
+    """`hold` Running on both injected GPUs, `queued` Pending behind it (the GPU it needs is held), `done` Succeeded."""
+    dt("submit", "done", "--", "true")
+    dt.wait_for("done", {"Succeeded"})
+    dt("submit", "hold", "--gpu", "2", "--", "sleep", "600")
+    dt.wait_for("hold", {"Running"})
+    dt("submit", "queued", "--gpu", "1", "--", "true")
+    assert dt.status("queued") == "Pending"
+
+
+def test_inprogress_lists_the_pending_and_the_running_jobs_at_the_cli_and_the_sdk(dt_gpus, home, monkeypatch):
+    """SageMaker's InProgress covers a job still Starting or Downloading (dtrain's Pending): it listed the
+    Running jobs alone, so `--status InProgress` hid a queued job."""
+    _in_progress_and_done(dt_gpus)
+    for word in ("InProgress", "inprogress"):
+        assert sorted(j["name"] for j in dt_gpus.json("list", "--status", word)) == ["hold", "queued"]
+        assert sorted(j["name"] for j in dt_gpus.json("list", "-A", "--status-equals", word)) == ["hold", "queued"]
+    assert [j["name"] for j in dt_gpus.json("list", "--status", "Running")] == ["hold"]  # the other words as they were
+    assert [j["name"] for j in dt_gpus.json("list", "--status", "Stopping")] == ["hold"]
+    assert [j["name"] for j in dt_gpus.json("list", "--status", "pending")] == ["queued"]
+    monkeypatch.setenv("DTRAIN_GPUS", "2")
+    client = dtrain.Client(home=home)
+    assert [j.name for j in client.list(status="InProgress")] == ["hold", "queued"]
+    for kw in ({}, {"project": "default"}, {"selector": "!nothing"}):
+        page = client.page(status="INPROGRESS", **kw)
+        assert page.total == 2 and [j.name for j in page.jobs] == ["queued", "hold"], kw
+    page = client.page(status="InProgress", limit=1, offset=1)
+    assert page.total == 2 and [j.name for j in page.jobs] == ["hold"]
+    assert client.page(status="Running").total == 1
+    assert client.page_notebooks(status="InProgress").total == 0  # jobs, no notebooks
+
+
+def test_inprogress_lists_the_pending_and_the_running_jobs_over_http(dt_gpus, home, monkeypatch):
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    _in_progress_and_done(dt_gpus)
+    monkeypatch.setenv("DTRAIN_GPUS", "2")
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            answer = http.get("/api/v1/jobs?status=InProgress")
+            assert answer.status_code == 200 and [j["name"] for j in answer.json()] == ["hold", "queued"], answer.text
+            answer = http.get("/api/v1/jobs?status=inprogress&limit=5")
+            assert [j["name"] for j in answer.json()] == ["queued", "hold"], answer.text
+            assert [j["name"] for j in http.get("/api/v1/jobs?status=Running").json()] == ["hold"]
+    finally:
+        server.stop()
+
+
 def test_the_http_status_filter_takes_the_same_words(home):
     """GET /jobs?status=running was pydantic's 422 where the SDK's status= took it."""
     pytest.importorskip("fastapi", reason="the 'server' extra is not installed")

@@ -13,6 +13,7 @@ import pytest
 from conftest import job_store
 from dtrain import Client, JobSpec, JobStatus
 from dtrain.backends.base import Backend, JobSummary
+from dtrain.backends.records import check_statuses
 from dtrain.backends.local.ranks import supervisor_token
 from dtrain.backends.local.store import UNFINISHED, JobStore
 from dtrain.errors import SpecError
@@ -50,10 +51,11 @@ def test_the_local_sql_pages_are_those_of_the_filtered_list(client):
     backend = client.backend()
     seen = set()
     for project in (None, "default", "team-a", "nobody"):
-        for status in (None, *JobStatus):
+        for status in (None, *JobStatus, "InProgress"):
             for limit, offset in ((None, 0), (1, 0), (4, 0), (4, 4), (7, 3), (None, 5), (1000, 29), (3, 40)):
                 sql = backend.page(project=project, status=status, limit=limit, offset=offset)
-                plain = Backend._page(backend, project=project, status=status, limit=limit, offset=offset)
+                plain = Backend._page(backend, project=project, statuses=check_statuses(status), limit=limit,
+                                      offset=offset)
                 assert ([j.name for j in sql.jobs], sql.total) == ([j.name for j in plain.jobs], plain.total), \
                     (project, status, limit, offset)
                 assert sql.jobs == plain.jobs  # the same records, field for field
@@ -189,8 +191,8 @@ def test_the_reads_that_run_often_do_not_walk_the_history(home):
         return len(ticks)
 
     reads = {"may run": lambda: store.jobs_in(UNFINISHED),
-             "Deleted": lambda: store.page(project=None, status="Deleted", limit=None, offset=0),
-             "newest Running": lambda: store.page(project=None, status="Running", limit=25, offset=0)}
+             "Deleted": lambda: store.page(project=None, statuses=["Deleted"], limit=None, offset=0),
+             "newest Running": lambda: store.page(project=None, statuses=["Running"], limit=25, offset=0)}
     stored = 0
     try:
         for name in ("queued", "running"):

@@ -22,7 +22,7 @@ from dtrain.backends.logstream import LogStream, check_logs_args
 from dtrain.backends.records import (DataSource, DeletedProjectInfo, Event, FreedInfo, GpuInfo,  # noqa: F401
                                      JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, LogLine, NodeInfo,
                                      Notice, ProcessInfo, Page, ProjectInfo, Progress, SnapshotInfo, StorageClassInfo,
-                                     VolumeInfo, check_status, newest_first, notices_of, page_of)
+                                     VolumeInfo, check_statuses, newest_first, notices_of, page_of)
 from dtrain.backends.waiting import _until, _while_not_ready, late_wait
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError, WaitTimeoutError)  # (re-exported)
@@ -106,9 +106,9 @@ class Backend(BackendDefaults):
         submitted), `offset` of them skipped and at most `limit` kept (None: the rest); `total`
         counts them all. The default filters `_list`; a backend that can page at its source (the
         local one's SQL) implements `_page` and builds only the page's records."""
-        status = check_status(status)
+        statuses = check_statuses(status)
         check_page(limit, offset)
-        return self._page(project=project, status=status, limit=limit, offset=offset)
+        return self._page(project=project, statuses=statuses, limit=limit, offset=offset)
 
     def mounting_page(self, volumes: Iterable[str], *, project: str | None = None,
                       limit: int | None = None) -> JobPage | None:

@@ -30,10 +30,11 @@ class BackendDefaults(BackendHooks):
         """`_list`, or less where a backend can read `project`'s jobs alone (Kubernetes: its namespace)."""
         return self._list()
 
-    def _page(self, *, project: str | None, status: JobStatus | None, limit: int | None, offset: int) -> JobPage:
+    def _page(self, *, project: str | None, statuses: frozenset[JobStatus] | None, limit: int | None,
+              offset: int) -> JobPage:
         jobs = self.list(project=project)
-        return newest_first(Listed((j for j in jobs if (j.status != JobStatus.DELETED if status is None
-                                                        else j.status == status)), jobs.notices), limit, offset)
+        return newest_first(Listed((j for j in jobs if (j.status != JobStatus.DELETED if statuses is None
+                                                        else j.status in statuses)), jobs.notices), limit, offset)
 
     def _mounting_page(self, volumes: frozenset[str], *, project: str | None, limit: int | None) -> JobPage | None:
         return None

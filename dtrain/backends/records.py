@@ -249,7 +249,8 @@ class JobSummary:
 
 
 # SageMaker's TrainingJobStatus words, as a status filter reads them (sagemaker/status.py maps a job so): a
-# Stopping job is still Running, a Stopped one Deleted; InProgress is Running (a job still starting is Pending)
+# Stopping job is still Running, a Stopped one Deleted; InProgress, one status, is Running (check_status), and as
+# a filter (check_statuses) Pending too, as SageMaker's InProgress covers a job still Starting or Downloading
 OTHER_STATUS_WORDS = {"inprogress": JobStatus.RUNNING, "completed": JobStatus.SUCCEEDED,
                       "stopping": JobStatus.RUNNING, "stopped": JobStatus.DELETED}
 
@@ -267,6 +268,20 @@ def check_status(status: JobStatus | str | None) -> JobStatus | None:
         if word in OTHER_STATUS_WORDS:
             return OTHER_STATUS_WORDS[word]
     raise status_refusal(status, [s.value for s in JobStatus])
+
+
+IN_PROGRESS = frozenset({JobStatus.PENDING, JobStatus.RUNNING})
+
+
+def check_statuses(status: JobStatus | str | frozenset[JobStatus] | None) -> frozenset[JobStatus] | None:
+    """A status filter as the statuses it keeps: `check_status`'s one, but SageMaker's InProgress (any case)
+    keeps Pending and Running; a frozenset (one this returned) as it is; None: no filter."""
+    if isinstance(status, frozenset) and status and all(isinstance(s, JobStatus) for s in status):
+        return status
+    if isinstance(status, str) and status.lower() == "inprogress":
+        return IN_PROGRESS
+    one = check_status(status)
+    return None if one is None else frozenset({one})
 
 
 def newest_first(jobs, limit: int | None, offset: int) -> JobPage:

@@ -280,8 +280,8 @@ def register(sub) -> None:
                    help="only jobs whose labels match, as kubectl's -l: KEY=VALUE, KEY!=VALUE, KEY, !KEY, comma-separated")
     p.add_argument("--status", metavar="STATUS",
                    help="only jobs in this status, in any case: Pending, Running, Succeeded, Failed, Suspended, or "
-                        "Deleted (these whatever --show-deleted says); SageMaker's InProgress and Stopping read as "
-                        "Running, Completed as Succeeded, Stopped as Deleted")
+                        "Deleted (these whatever --show-deleted says); SageMaker's InProgress reads as Pending and "
+                        "Running, Stopping as Running, Completed as Succeeded, Stopped as Deleted")
     p.add_argument("--status-equals", dest="status", help=argparse.SUPPRESS)  # the AWS CLI's list-training-jobs'
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_list)

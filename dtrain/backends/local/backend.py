@@ -348,12 +348,12 @@ class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHoo
     def _list(self) -> list[JobInfo]:
         return [self._info(self._reconcile(row)) for row in self.store.jobs()]
 
-    def _page(self, *, project, status, limit, offset) -> JobPage:
+    def _page(self, *, project, statuses, limit, offset) -> JobPage:
         """Paged in SQL: only the page's jobs are read in full. The jobs that may run are reconciled
         first, so that one whose supervisor died is counted as what it is now (Failed, relaunched)."""
         self.reconcile_others(None)
-        total, rows = self.store.page(project=project, status=None if status is None else status.value,
-                                      limit=limit, offset=offset)
+        total, rows = self.store.page(project=project, limit=limit, offset=offset,
+                                      statuses=None if statuses is None else sorted(s.value for s in statuses))
         return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))  # read after the reconciling
 
     def _mounting_page(self, volumes, *, project, limit) -> JobPage:

@@ -271,12 +271,12 @@ class JobStore:
         return self.conn.execute(f"SELECT * FROM jobs WHERE status IN ({', '.join('?' * len(statuses))}) ORDER BY seq",
                                  statuses).fetchall()
 
-    def page(self, *, project: str | None, status: str | None, limit: int | None,
+    def page(self, *, project: str | None, statuses: list[str] | None, limit: int | None,
              offset: int) -> tuple[int, list[sqlite3.Row]]:
-        """How many jobs match (`status` None: all but Deleted), and `limit` of them (None: all)
-        after `offset`, newest first (created, then name); read in one transaction, so that the
-        count and the page agree."""
-        where, args = ("status=?", [status]) if status is not None else ("status!='Deleted'", [])
+        """How many jobs match (in one of `statuses`; None: all but Deleted), and `limit` of them (None: all)
+        after `offset`, newest first (created, then name); read in one transaction: the count and the page agree."""
+        where, args = ((f"status IN ({', '.join('?' * len(statuses))})", list(statuses)) if statuses is not None
+                       else ("status!='Deleted'", []))
         if project is not None:
             where, args = where + " AND project=?", [*args, project]
         self.conn.execute("BEGIN")  # deferred: a read snapshot, no lock taken from writers

@@ -14,15 +14,16 @@ from dtrain.names import (CLAIM_RE, CLASS_RE, MAX_OFFSET, MAX_PAGE, MAX_TIME, NA
 from dtrain.numbers import real_number, whole, whole_number
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
-# The ?status= filter: one of STATUSES in any case, or SageMaker's word for one (InProgress, Completed, Stopping,
-# Stopped); the client's check_status reads it, so the HTTP API, the SDK and the CLI take the same words
+# The ?status= filter: one of STATUSES in any case, or SageMaker's word (InProgress: Pending and Running; Completed,
+# Stopping, Stopped); the client's check_statuses reads it, so the HTTP API, the SDK and the CLI take the same words
 STATUS_FILTER_WORDS = (*get_args(STATUSES), "InProgress", "Completed", "Stopping", "Stopped")
 # each word in any case, as check_status reads it (str.lower), in a pattern the schema shows (ECMA 262 has no (?i))
 STATUS_FILTER_PATTERN = "^(?:" + "|".join("".join(f"[{c.upper()}{c.lower()}]" for c in word)
                                           for word in STATUS_FILTER_WORDS) + ")$"
 STATUS_FILTER = Annotated[str | None, Query(max_length=32, pattern=STATUS_FILTER_PATTERN, description=(
     "only the jobs in this status: Pending, Running, Succeeded, Failed, Deleted or Suspended, in any case; "
-    "SageMaker's InProgress and Stopping read as Running, Completed as Succeeded, Stopped as Deleted"))]
+    "SageMaker's InProgress reads as Pending and Running, Stopping as Running, Completed as Succeeded, "
+    "Stopped as Deleted"))]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
 SIZE = SIZE_RE.pattern
 CLASS = CLASS_RE.pattern
