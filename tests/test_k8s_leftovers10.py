@@ -130,7 +130,8 @@ def test_the_dashboards_projects_page_marks_a_terminating_project(home, tmp_path
                 browser.get(server.url + "/#/projects")
                 row = "#projects-table tr[data-project='{}'] td:first-child"
                 WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, row.format("lanes")))
-                assert text_of(browser, row.format("lanes")) == "lanes (Terminating)"
+                # config.yaml's project is lanes, so the page marks it (default) too
+                assert text_of(browser, row.format("lanes")) == "lanes (Terminating) (default)"
                 assert text_of(browser, row.format("other")) == "other"
                 no_errors(browser)
         finally:
