@@ -289,8 +289,8 @@ class Settings:
                 raise SpecError(f"storage class {name!r}: its folder {root} lies inside {folder}, where "
                                 f"{counted(count, 'volume')} of storage class {other!r} {live}, and a class's "
                                 f"folder is tidied as dtrain's own (a volume's data there would be cut): give "
-                                f"{name!r} a folder apart from {folder} (dtrain config storage-class {name} "
-                                f"FOLDER); nothing was changed")
+                                f"{name!r} a folder apart from {folder} with 'dtrain config storage-class {name} "
+                                f"FOLDER'; nothing was changed")
 
     def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> RemovedClasses:
         """Remove local storage classes from config.yaml (their volumes stay where they are, listed

@@ -53,8 +53,8 @@ def test_a_class_inside_a_removed_class_folder_is_refused_and_nothing_is_saved(d
     assert proc.returncode != 0 and proc.stdout == "", proc
     assert proc.stderr == (f"dtrain: error: storage class 'nvme': its folder {inside} lies inside {fast}, where 1 volume "
                            f"of storage class 'fast' lives, and a class's folder is tidied as dtrain's own (a volume's "
-                           f"data there would be cut): give 'nvme' a folder apart from {fast} (dtrain config storage-class nvme "
-                           f"FOLDER); nothing was changed\n"), proc.stderr
+                           f"data there would be cut): give 'nvme' a folder apart from {fast} with 'dtrain config storage-class nvme "
+                           f"FOLDER'; nothing was changed\n"), proc.stderr
     assert (dt.home / "config.yaml").read_text() == before
     dt("config", "storage-class", "nvme", str(tmp_path / "nvme"))  # a folder of its own: taken
     assert (fast / "v1" / "data" / "sub" / "empty").is_dir()
