@@ -193,7 +193,8 @@ def switched(arg: str, door: str = "sdk") -> str:
     return f"{arg}=True" if door == "sdk" else f"{arg}: true" if _in_file(arg, door) else named(arg, door)
 
 
-def door_words(door: str, *, cli: str, sdk: str) -> str:
+def door_words(door: str, *, cli: str, sdk: str, file: str | None = None, of: str = "") -> str:
     """A refusal whose sentence differs by door by more than a name (named, given_as and switched say those):
-    `sdk` from the SDK, `cli` from the CLI and from a job file and the HTTP API, which answer in its words."""
-    return sdk if door == "sdk" else cli
+    `sdk` from the SDK, `cli` from the CLI and the HTTP API, which answer in its words, and from a job file,
+    but `file` where the job file gave field `of` (FileDoor: add launcher: torchrun, not --launcher)."""
+    return sdk if door == "sdk" else file if file is not None and _in_file(of, door) else cli

@@ -18,10 +18,16 @@ def test_a_job_of_several_processes_without_a_launcher_is_named_by_its_fields_in
         assert str(sdk.value) == "processes=2 needs a launcher: give launcher='torchrun' (or 'mpi') as well"
     assert JobSpec(name="x", command=["true"], processes=2, launcher="torchrun").processes == 2
     (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nprocesses: 2\n")
-    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the file's field, as written there
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the file's field, and its fix, as written there
     assert said.returncode == 2 and said.stderr == (f"dtrain: error: job file '{tmp_path / 'job.yaml'}': processes: 2 "
-                                                    f"needs a launcher: use dtrain submit-dist --launcher torchrun or "
-                                                    f"dtrain submit-mpi\n"), said.stderr
+                                                    f"needs a launcher: give launcher: torchrun (or launcher: mpi) as "
+                                                    f"well\n"), said.stderr  # it said 'use dtrain submit-dist --launcher'
+    with pytest.raises(SpecError) as cli:  # the CLI's door without a file (the HTTP API answers in its words)
+        JobSpec.from_dict({"name": "x", "command": ["true"], "processes": 2}, door="cli")
+    assert str(cli.value) == "--processes 2 needs a launcher: use dtrain submit-dist --launcher torchrun or dtrain submit-mpi"
+    with (tmp_path / "job.yaml").open("a") as f:
+        f.write("launcher: torchrun\n")  # the fix named
+    assert "\nlauncher: torchrun\n" in dt("submit", "-f", str(tmp_path / "job.yaml"), "--dry-run").stdout
 
 
 @pytest.mark.parametrize("given, says", [

@@ -144,7 +144,8 @@ class JobSpec:
         if self.processes > 1 and self.launcher == "none":
             raise Worded(lambda door, n=shown(self.processes): f"{given_as('processes', n, door)} needs a launcher: "
                          + door_words(door, cli="use dtrain submit-dist --launcher torchrun or dtrain submit-mpi",
-                                      sdk="give launcher='torchrun' (or 'mpi') as well"))
+                                      sdk="give launcher='torchrun' (or 'mpi') as well",
+                                      file="give launcher: torchrun (or launcher: mpi) as well", of="processes"))
         if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
             set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed
         check_cpu(self.cpu, stored=_STORED.get())
