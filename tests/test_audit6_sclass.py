@@ -48,6 +48,8 @@ def test_local_classes_show_folder_state_space_volumes_and_the_default(dt: Dtrai
     c = _classes(dt)["fast"]  # taken out of config.yaml: its volumes are still somewhere
     assert (c["status"], c["volumes"], c["root"]) == ("NotConfigured", 2, str(fast))
     assert "names no class 'fast'" in c["message"]
+    assert (f"name its folder under 'storage_classes:' again with 'dtrain config storage-class fast {fast}' to use "
+            "or move them") in c["message"], c["message"]  # quoted as the other hints (it said it in parentheses)
 
 
 def test_a_class_whose_folder_holds_other_files_is_unusable(dt: Dtrain, tmp_path):

@@ -47,11 +47,11 @@ def test_a_removed_class_sharing_a_configured_class_folder_names_a_fix_that_work
     assert fast["status"] == "NotConfigured", fast
     refused = dt("config", "storage-class", "fast", str(folder), check=False)
     assert refused.returncode != 0  # what it said before
-    commands = re.search(r"\((dtrain config storage-class --unset .*?), then (dtrain config storage-class .*?)\)",
-                         fast["message"])
+    commands = re.search(r"with '(dtrain config storage-class --unset .*?)', then '(dtrain config storage-class .*?)'",
+                         fast["message"])  # quoted as the other hints (it named them unquoted in parentheses)
     assert commands, fast["message"]
-    assert ("give its volumes class 'nvme' where they are (dtrain volume update VOLUME --class nvme: nothing moves, "
-            "only the class changes)") in fast["message"], fast["message"]
+    assert ("give its volumes class 'nvme' where they are with 'dtrain volume update VOLUME --class nvme' (nothing "
+            "moves, only the class changes)") in fast["message"], fast["message"]
     for command in commands.groups():  # as printed
         dt(*shlex.split(command)[1:])
     assert dt("config", "storage-class", "fast").stdout == f"{folder}\n"
@@ -115,10 +115,10 @@ def test_a_removed_class_nested_in_a_configured_class_folder_names_a_move_that_w
     fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
     assert "--class nvme" not in fast["message"], fast["message"]
     assert dt("volume", "update", "v1", "--class", "nvme", check=False).returncode != 0  # what it named before
-    assert ("'nvme' takes no volume while these lie there, so to keep it instead move them out (dtrain volume "
-            f"update VOLUME --class local moves each to {dt.home / 'volumes'}: a rename on the same disk: nothing is "
-            f"copied), then remove the emptied {folder / 'fast'}") in fast["message"], fast["message"]
-    move = re.search(r"\((dtrain volume update VOLUME --class local)", fast["message"]).group(1)
+    assert ("'nvme' takes no volume while these lie there, so to keep it instead move them out with 'dtrain volume "
+            f"update VOLUME --class local' (it moves each to {dt.home / 'volumes'}: a rename on the same disk: nothing "
+            f"is copied), then remove the emptied {folder / 'fast'}") in fast["message"], fast["message"]
+    move = re.search(r"with '(dtrain volume update VOLUME --class local)'", fast["message"]).group(1)
     dt(*shlex.split(move.replace("VOLUME", "v1"))[1:])
     shutil.rmtree(folder / "fast")
     dt("volume", "update", "v1", "--class", "nvme")

@@ -97,22 +97,22 @@ class ClassRoots:
         shown = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
         said = f"volumes live in {shown}, but {self.home / 'config.yaml'} names no class {name!r}: "
         if not sharing:
-            return said + f"name its folder under 'storage_classes:' again ({again}) to use or move them"
+            return said + f"name its folder under 'storage_classes:' again with '{again}' to use or move them"
         one = len(sharing) == 1
         named = ", ".join(f"'{n}'" for n in sharing)
         whose = ("the folder of class " if one else "the folders of classes ") + named
-        first = (f"so to name it again remove {'that class' if one else 'them'} first (dtrain config storage-class "
-                 f"--unset {' '.join(sharing)}, then {again})")
+        first = (f"so to name it again remove {'that class' if one else 'them'} first with 'dtrain config "
+                 f"storage-class --unset {' '.join(sharing)}', then '{again}'")
         same = next((n for n in sharing if Path(os.path.realpath(self.classes[n])) == here), None)
         if same is not None:  # update_volume relabels: the class's folder is the one the volume is in
             return said + (f"its folder is {whose}, {first}, or give its volumes class '{same}' where they are "
-                           f"(dtrain volume update VOLUME --class {same}: nothing moves, only the class changes)")
+                           f"with 'dtrain volume update VOLUME --class {same}' (nothing moves, only the class changes)")
         # a folder nested in or around theirs: class_root refuses those classes (_check_apart) while the volumes
         # lie there, so the move into one it named was refused; one out to 'local' is a real move, said as one
         inside = any(here.is_relative_to(os.path.realpath(self.classes[n])) for n in sharing)
         return said + (f"its folder overlaps {whose}, {first}; {named} {'takes' if one else 'take'} no volume "
-                       f"while these lie there, so to keep {'it' if one else 'them'} instead move them out (dtrain "
-                       f"volume update VOLUME --class local moves each to {self.volumes_dir}: "
+                       f"while these lie there, so to keep {'it' if one else 'them'} instead move them out with "
+                       f"'dtrain volume update VOLUME --class local' (it moves each to {self.volumes_dir}: "
                        f"{self._move_out(name)})" + (f", then remove the emptied {root}" if inside else ""))
 
     def _move_out(self, name: str) -> str:
