@@ -15,6 +15,7 @@ from conftest import assert_usage_error
     (["train", "--existing-pvc", "claimname=data,path=/mnt"], "--pvc data:/mnt"),
     (["train", "--interactive"], "dtrain notebook NAME"),
     (["train", "--command"], "the words after '--' are always the command"),
+    (["train", "--preemptible"], "the preemptible ones: 'dtrain project list' shows the quotas"),  # it named it in ()
 ])
 def test_a_runai_submit_flag_is_named_with_ours(dt, words, needle):
     """Each was "unrecognized arguments" alone, or (a flag with a value) "the command goes after '--'",

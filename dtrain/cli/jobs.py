@@ -41,7 +41,8 @@ RUNAI_FLAGS = {
     "--attach": "follow the job once submitted with 'dtrain logs NAME -f', or open a shell with 'dtrain bash NAME'",
     "--command": "drop it: the words after '--' are always the command (dtrain {verb} NAME [options] -- COMMAND)",
     "--gpu-memory": "GPUs are whole here: --gpu N per process",
-    "--preemptible": "jobs of a project without a GPU quota are the preemptible ones (dtrain project list)",
+    "--preemptible": ("jobs of a project without a GPU quota are the preemptible ones: 'dtrain project list' shows "
+                      "the quotas"),
     "--pod": "a job's processes are its ranks here: --rank R ('dtrain describe job NAME' lists them)",
     "--job-name-prefix": "a job is named in full, as the first word: dtrain {verb} NAME [options] -- COMMAND",
     "--name-prefix": "a job is named in full, as the first word: dtrain {verb} NAME [options] -- COMMAND",
