@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from dtrain.numbers import Typed
 
@@ -150,15 +150,18 @@ FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout",
 
 class FileDoor(str):
     """The CLI's door for a job read from a file (`submit -f job.yaml`): a field the file gave (`fields`) is
-    named as written there (processes:, e.g. processes: 4), one a flag gave as its flag, and a refusal that
-    names the file's field says which file (said). Equal to "cli", so every other choice by door is the CLI's."""
+    named as written there (processes:, e.g. processes: 4), one it gave in a block (`nested`: max_wait ->
+    sagemaker) as written there too (sagemaker: max_wait:, e.g. sagemaker: {max_wait: 7200}), one a flag
+    gave as its flag, and a refusal that names the file's field says which file (said). Equal to "cli", so
+    every other choice by door is the CLI's."""
 
     source: str
     fields: frozenset[str]
+    nested: Mapping[str, str]
 
-    def __new__(cls, source: str, fields: Iterable[str]) -> "FileDoor":
+    def __new__(cls, source: str, fields: Iterable[str], nested: Mapping[str, str] | None = None) -> "FileDoor":
         door = super().__new__(cls, "cli")
-        door.source, door.fields = source, frozenset(fields)
+        door.source, door.fields, door.nested = source, frozenset(fields), dict(nested or {})
         return door
 
     def said(self, words) -> str:
@@ -169,14 +172,19 @@ class FileDoor(str):
 
 
 def _in_file(arg: str, door: str) -> bool:
-    return isinstance(door, FileDoor) and arg in door.fields
+    return isinstance(door, FileDoor) and (arg in door.fields or arg in door.nested)
+
+
+def _block(arg: str, door: str) -> str | None:
+    """The job file's block that gave `arg` (sagemaker for its max_wait), None for a field of its own."""
+    return door.nested.get(arg) if isinstance(door, FileDoor) and arg not in door.fields else None
 
 
 def named(arg: str, door: str = "sdk") -> str:
     """Argument `arg` (FLAGS' key) as a refusal from `door` names it: cpu from the SDK, processes: from a
     job file that gave it (FileDoor), --cpu elsewhere."""
     if _in_file(arg, door):
-        return f"{arg}:"
+        return f"{block}: {arg}:" if (block := _block(arg, door)) else f"{arg}:"
     return arg if door == "sdk" else FLAGS.get(arg, "--" + arg.replace("_", "-"))
 
 
@@ -184,12 +192,16 @@ def given_as(arg: str, value: str, door: str = "sdk", *, quoted: bool = False) -
     """`arg` given `value`, as an example in a refusal from `door` writes it: cpu=2, --cpu 2; `quoted`: a
     string, which the SDK's example writes as Python does (memory='3Gi', --memory 3Gi); a job file's
     field as YAML does (processes: 4)."""
+    if (block := _block(arg, door)) is not None:
+        return f"{block}: {{{arg}: {value}}}"
     return f"{arg}={value!r}" if door == "sdk" and quoted else f"{arg}={value}" if door == "sdk" else \
         f"{named(arg, door)} {value}"
 
 
 def switched(arg: str, door: str = "sdk") -> str:
     """A switch `arg` turned on, as a refusal from `door` writes it: previous=True, --previous."""
+    if (block := _block(arg, door)) is not None:
+        return f"{block}: {{{arg}: true}}"
     return f"{arg}=True" if door == "sdk" else f"{arg}: true" if _in_file(arg, door) else named(arg, door)
 
 

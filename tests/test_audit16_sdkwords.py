@@ -108,7 +108,11 @@ def test_a_jobs_sagemaker_options_are_named_as_the_sdks_fields(dt: Dtrain, tmp_p
                 build()
             assert str(sdk.value) == says
     (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nbackend: sagemaker\nsagemaker: {instance_count: 0}\n")
-    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the CLI's words, as before
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the file's words: its option as written
+    assert said.returncode == 2 and said.stderr == (f"dtrain: error: job file '{tmp_path / 'job.yaml'}': invalid "
+                                                    f"sagemaker: instance_count: 0: use a whole number from 1 to "
+                                                    f"1000, e.g. sagemaker: {{instance_count: 2}}\n"), said.stderr
+    said = dt("submit", "x", "--backend", "sagemaker", "--instance-count", "0", "--", "true", check=False)  # a flag
     assert said.returncode == 2 and said.stderr == ("dtrain: error: invalid --instance-count 0: use a whole number "
                                                     "from 1 to 1000, e.g. --instance-count 2\n"), said.stderr
 

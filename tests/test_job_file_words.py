@@ -41,3 +41,25 @@ def test_a_flag_beside_the_file_keeps_the_flags_words(tmp_path, capsys):
         "dtrain: error: invalid --cpu 5000: use a number of CPU threads from 0.01 to 1024, e.g. --cpu 2 or --cpu 0.5\n")
     assert said(tmp_path, capsys, "cpu: 2\n", "--gpu", "1e3") == (  # a field the file did not give: its flag
         "dtrain: error: invalid --gpu 1e3: use a whole number from 0 to 16, e.g. --gpu 1\n")
+
+
+@pytest.mark.parametrize("body, flags, line", [
+    ("sagemaker: {spot: true, max_wait: 1e9}\n", (),
+     "job file 'job.yaml': invalid sagemaker: max_wait: 1e9: use a whole number from 1 to 2419200, e.g. "
+     "sagemaker: {max_wait: 172800}"),
+    ("sagemaker:\n  spot: false\n  max_wait: 7200\n", (),
+     "job file 'job.yaml': sagemaker: max_wait: applies to spot training only: add sagemaker: {spot: true} or drop "
+     "sagemaker: max_wait:"),
+    ("sagemaker: {max_wait: 7200}\n", ("--spot", "--max-runtime", "9000"),  # each named as it was given
+     "job file 'job.yaml': sagemaker: max_wait: 7200 is below --max-runtime 9000: SageMaker needs the spot wait to "
+     "cover the run; raise sagemaker: max_wait: to at least 9000, or pass --max-runtime 7200 or less"),
+    ("sagemaker: {checkpoint_uri: nope}\n", (),
+     "job file 'job.yaml': invalid sagemaker: checkpoint_uri: 'nope': use s3://BUCKET/PREFIX, e.g. "
+     "sagemaker: {checkpoint_uri: s3://my-bucket/checkpoints}"),
+    ("sagemaker: {spot: true, max_wait: 7200}\n", ("--max-wait", "1e10"),  # the flag's value: the flag's words
+     "invalid --max-wait 1e10: use a whole number from 1 to 2419200, e.g. --max-wait 172800"),
+])
+def test_a_job_files_sagemaker_option_is_named_as_written_there(tmp_path, capsys, body, flags, line):
+    """The options under `sagemaker:` were named as flags ("invalid --max-wait 1e9 ... e.g. --max-wait
+    172800"), which the file never held."""
+    assert said(tmp_path, capsys, body, *flags) == f"dtrain: error: {line}\n"

@@ -257,12 +257,13 @@ def test_the_sdk_names_its_field(home):
     assert str(refused.value) == f"invalid checkpoint_local_path {BAD!r}: {WHY}", refused.value
 
 
-def test_the_cli_and_a_job_file_name_the_flag(dt, tmp_path):
+def test_the_cli_names_the_flag_and_a_job_file_its_option(dt, tmp_path):
     said = dt("submit", "x", "--local", "--checkpoint-local-path", BAD, "--", "true", check=False)
     assert (said.returncode, said.stderr) == (2, f"dtrain: error: invalid --checkpoint-local-path {BAD!r}: {WHY}\n")
     (tmp_path / "job.yaml").write_text(f"name: x\ncommand: [\"true\"]\nsagemaker: {{checkpoint_local_path: {BAD}}}\n")
-    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)
-    assert (said.returncode, said.stderr) == (2, f"dtrain: error: invalid --checkpoint-local-path {BAD!r}: {WHY}\n")
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the file's option, as written there
+    assert (said.returncode, said.stderr) == (2, f"dtrain: error: job file '{tmp_path / 'job.yaml'}': invalid "
+                                                 f"sagemaker: checkpoint_local_path: {BAD!r}: {WHY}\n")
 
 
 def test_the_request_carries_the_local_path_given():

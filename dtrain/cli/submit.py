@@ -51,9 +51,13 @@ def _channel(text: str):
     return parse_channel(f"{name}={uri}" if sep else text, door="cli")
 
 
-def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
-    """SageMaker flags -> the spec's `sagemaker` mapping (flags win over the file's)."""
+def _sagemaker_fields(args: argparse.Namespace, data: dict) -> set[str]:
+    """SageMaker flags -> the spec's `sagemaker` mapping (flags win over the file's); the options the
+    flags gave (the others the file gave are named as written there)."""
     sm = dict(check_sagemaker_mapping(data.get("sagemaker") or {}))
+    flagged = {k for k in _SM_FLAGS if getattr(args, k, None) is not None}
+    flagged |= {k for k, given in (("source_dir", args.source_dir), ("channels", args.channel),
+                                   ("hyperparameters", args.hp)) if given}
     sm.update({k: getattr(args, k) for k in _SM_FLAGS if getattr(args, k, None) is not None})
     if args.source_dir:
         sm["source_dir"] = str(Path(args.source_dir).resolve())
@@ -64,6 +68,7 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
     if sm:
         data["sagemaker"] = sm
     sagemaker_backend(data)
+    return flagged
 
 
 # The job file's nested blocks and what each must be: the flags merge into them.
@@ -129,14 +134,16 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if args.image_pull_secret:
         data["image_pull_secrets"] = args.image_pull_secret
     chosen = data.get("backend")
-    _sagemaker_fields(args, data)
+    flagged = _sagemaker_fields(args, data)
     if command:
         data["command"] = command
     data.setdefault("project", client.default_project)
     if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
         data.setdefault("backend", client.config.backend_for(data["project"]))
     # the options' own refusals first (--max-wait 1e9), as on any backend; a field the file gave named as written
-    door = FileDoor(f"job file {shown(args.file)}", (k for k, v in data_file.items() if data.get(k) is v))
+    file_sm = data_file.get("sagemaker") if isinstance(data_file.get("sagemaker"), Mapping) else {}
+    door = FileDoor(f"job file {shown(args.file)}", (k for k, v in data_file.items() if data.get(k) is v),
+                    {k: "sagemaker" for k in file_sm if isinstance(k, str) and k not in flagged})
     spec = JobSpec.from_dict(data, door=door)
     if chosen is None and spec.backend == "sagemaker":
         _configured_for(spec, client, given=sorted(data.get("sagemaker") or {}), from_file="sagemaker" in data_file)
