@@ -385,6 +385,7 @@ def test_the_default_project_is_always_listed(tmp_path):
     assert "already exists" in run("project", "create", "default", home=home).stdout
     listed = json.loads(run("project", "list", "--json", home=home).stdout)
     assert [(p["name"], p["jobs"]) for p in listed] == [("default", 1), ("team", 0)]
+    assert [p["default"] for p in listed] == [True, False]  # as GET /projects says it
     assert run("project", "create", "default", "--gpu-quota", "0", home=home).returncode == 0
     listed = json.loads(run("project", "list", "--json", home=home).stdout)
     assert [(p["name"], p["gpu_quota"]) for p in listed] == [("default", 0), ("team", None)]  # once, with its quota

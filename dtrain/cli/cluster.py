@@ -46,10 +46,10 @@ def cmd_project(args, client: Client) -> int:
         return 0
     projects = client.list_projects()
     fmt.warn(projects.notices)  # a backend that did not answer, a GPU quota or pods Kubernetes did not let us read
-    if args.json:
-        print(fmt.record_text([p.to_dict() for p in projects], args.json))
-        return 0
     default = client.default_project
+    if args.json:  # `default` said, as the HTTP API's GET /projects says it
+        print(fmt.record_text([{**p.to_dict(), "default": p.name == default} for p in projects], args.json))
+        return 0
     rows = [[p.name + _marks(p, default),
              "-" if p.gpu_quota is None else p.gpu_quota, p.gpus_allocated, p.jobs] for p in projects]
     print(fmt.table(["PROJECT", "GPU QUOTA", "GPUs ALLOCATED", "JOBS"], rows))
