@@ -306,7 +306,7 @@ def test_a_list_or_dict_parameter_is_given_as_json(users):
     ("xs=" + "[" * 33 + "]" * 33, "use a JSON list (at most 32 levels deep"),  # protobuf fails the run past ~49
     ("xs=" + "[" * 100_000, "use a JSON list"),  # json's RecursionError, not a traceback
     ("x=nan", "x=nan: use a finite number (KFP carries no nan or inf)"),
-    ("x=-1e400", "x=-inf: use a finite number"),
+    ("x=-1e400", "x=-1e400: use a finite number"),  # as typed, not as Python reads it (-inf)
     ("n=99999999999999999999999", "use a whole number from -9007199254740992 to 9007199254740992 (KFP carries "
                                   "numbers as doubles"),  # it arrived as 99999999999999991611392
 ])
@@ -393,7 +393,28 @@ def test_a_float_too_small_to_hold_is_named_as_typed(home, capsys):
     assert code == 2 and err == ("dtrain: error: invalid --param lr='1e-400': it is too small for a float (it reads "
                                  "as 0.0): use a larger number, e.g. lr=0.001\n"), err
     code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "lr=0e-5")
-    assert code == 2 and err.startswith("dtrain: error: invalid lr 0.0: use a learning rate with 0 < lr <= 10"), err
+    assert code == 2 and err.startswith("dtrain: error: invalid lr 0e-5: use a learning rate with 0 < lr <= 10"), err
+
+
+@pytest.mark.parametrize("param, said", [
+    ("lr=1e99", "invalid lr 1e99: use a learning rate"),  # it said 1e+99
+    ("lr=10.50", "invalid lr 10.50: use a learning rate"),
+    ("epochs=0010001", "invalid epochs 0010001: use a whole number"),
+])
+def test_a_number_refused_is_quoted_as_typed(home, capsys, param, said):
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", param)
+    assert code == 2 and err.startswith(f"dtrain: error: {said}"), err
+
+
+def test_lanes_threshold_refused_as_typed_and_run_values_are_plain(tmp_path, home, capsys):
+    """It said 'invalid threshold 2.0' for threshold=2; the run still gets plain numbers."""
+    from dtrain.pipelines import runner
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"")
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", f"urls={archive}", "--param", "threshold=2")
+    assert code == 2 and err.startswith("dtrain: error: invalid threshold 2: use a number"), err
+    values = runner.parse_params(runner.load("hybrid-cifar10"), ["lr=1e-2", "processes=03"])
+    assert (type(values["lr"]), values["lr"], type(values["processes"]), values["processes"]) == (float, 0.01, int, 3)
 
 
 def test_too_many_processes_are_named_as_the_pipelines_parameter(dt, home, capsys, monkeypatch):

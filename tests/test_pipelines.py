@@ -265,7 +265,7 @@ def test_only_kfps_program_folders_are_removed(tmp_path):
     (["run", "hybrid-cifar10", "--param", "training_runtime=cloud"], "invalid training_runtime 'cloud'"),
     (["run", "hybrid-cifar10", "--param", "processes=two"], "invalid --param processes='two'"),
     (["run", "hybrid-cifar10", "--param", "processes=0"], "invalid processes 0"),
-    (["run", "hybrid-cifar10", "--param", "lr=-1"], "invalid lr -1.0"),
+    (["run", "hybrid-cifar10", "--param", "lr=-1"], "invalid lr -1: "),
     (["run", "hybrid-cifar10", "--param", "backend=mpi"], "invalid backend 'mpi'"),
     (["run", "hybrid-cifar10", "--param", "training_runtime=sagemaker"], "needs the CIFAR10 data in S3: add --param data_uri=s3://"),
     (["run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", "--param", "data_uri=bkt/cifar"],

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from dtrain.errors import SpecError
-from dtrain.names import cut, shown
+from dtrain.names import cut, shown, written
+from dtrain.numbers import plain
 
 if TYPE_CHECKING:
     from dtrain.config import UserConfig
@@ -160,7 +161,7 @@ def _completed(pipeline: Pipeline, given: dict[str, Any]) -> dict[str, Any]:
         pipeline.check(values)  # first: a shipped pipeline's own bounds say more
     for key, value in given.items():
         _check_number(params[key], value)
-    return values
+    return {key: plain(value) for key, value in values.items()}  # a --param's number as typed only in refusals
 
 
 def _convert(param: Param, text: str) -> Any:
@@ -174,7 +175,7 @@ def _convert(param: Param, text: str) -> Any:
     if kind in (list, dict):
         return _from_json(param, text, kind)
     try:
-        value = kind(text)
+        value = written(kind(text), text.strip())  # a refusal quotes threshold=2 as 2, lr=1e99 as 1e99
     except ValueError:
         raise SpecError(f"invalid --param {param.name}={shown(text)}: use {_WORDS[param.type]}, "
                         f"e.g. {param.name}={param.default if param.default is not None else 1}") from None
