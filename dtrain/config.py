@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dtrain.errors import SpecError, StorageError, Worded
-from dtrain.names import CLASS_RE, MAX_CLASS, listed
+from dtrain.names import CLASS_RE, MAX_CLASS, listed, near_name
 from dtrain.numbers import NumberWord, plain, real_number, whole_number
 from dtrain.replace import replace_file
 from dtrain.spec import MAX_YAML_BYTES, check_name, check_yaml_numbers, node_labels, plain_numbers, yaml_mapping
@@ -140,8 +140,9 @@ class UserConfig:
                 data[key] = section_numbers(key, data[key])
         data = plain_numbers(data)  # save() dumps plain numbers
         unknown = sorted(map(str, set(data) - set(KEYS)))
-        if unknown:
-            raise SpecError(f"{path}: unknown {listed(unknown, 'key')}; known: {', '.join(KEYS)}")
+        if unknown:  # each with the key one slip away, as the sagemaker section's settings are said
+            said = [f"{key}{f' (did you mean {near!r}?)' if (near := near_name(key, KEYS)) else ''}" for key in unknown]
+            raise SpecError(f"{path}: unknown {listed(said, 'key')}; known: {', '.join(KEYS)}")
         # storage_classes: validate() says more
         for key in ("project_backends", "kubernetes", "sagemaker", "node_labels"):
             if data.get(key) is None:

@@ -89,7 +89,9 @@ def test_h_yaml_good_file_still_works(tmp_path):
     ("project_backends: {a: nosuch}\n", "nosuch"),
     ("kubernetes: [a]\n", "kubernetes"),
     ("project: [\n", "not valid YAML"),
-    ("colour: red\n", "unknown key"),
+    ("colour: red\n", "unknown key colour; known: project, "),  # nothing near it: no guess
+    ("default_project: a\n", "unknown key default_project (did you mean 'project'?); known: "),
+    ("colour: red\nbackends: {}\n", "unknown keys backends (did you mean 'backend'?), colour; known: "),
 ])
 def test_h_config_yaml_types(tmp_path, text, needle):
     home = tmp_path / "home"
