@@ -142,7 +142,13 @@ def test_a_users_own_pipeline_module_compiles(home, capsys, tmp_path):
     assert code == 0 and f"compiled pipeline 'mine' to {out}" in stdout
     assert kfp.components.load_component_from_file(str(out)).name == "mine"
     code, _out, err = cli(home, capsys, "compile", "--module", f"{module}:nothing", "-o", str(out))
-    assert code == 2 and "'nothing' is not a @dsl.pipeline function" in err
+    # it said "'nothing' is not a @dsl.pipeline function", of a name the file does not have
+    assert code == 2 and err.endswith(": there is no 'nothing' in mine.py; its @dsl.pipeline function my_pipeline: "
+                                      "use it\n"), err
+    code, _out, err = cli(home, capsys, "compile", "--module", f"{module}:my_pipelin", "-o", str(out))
+    assert code == 2 and err.endswith(": there is no 'my_pipelin' in mine.py; did you mean 'my_pipeline'?\n"), err
+    code, _out, err = cli(home, capsys, "compile", "--module", f"{module}:check_condition", "-o", str(out))
+    assert code == 0  # a component, taken as before; it is not listed as a pipeline above
 
 
 def test_compile_checks_where_it_writes_first(home, capsys, tmp_path):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dtrain.errors import JobFailedError, NotFoundError, SetupError, SpecError
-from dtrain.names import cut, shown
+from dtrain.names import cut, listed, near_name, shown
 from dtrain.pipelines.run_io import (_CHANNEL, _KFP_GROUP, _PY_ERROR, STEP_LOG, _environment,  # noqa: F401
                                      _print_and_logging_kept, _step_error, _step_lines, _step_log_path, _step_logs,
                                      _task_words, _terminate_as_interrupt)  # (re-exported)
@@ -99,7 +99,15 @@ def _from_file(ref: str):
                         f"{type(err).__name__}: {cut(err)}") from None
     func = getattr(mod, attr, None)
     if func is None or not hasattr(func, "pipeline_spec"):
-        raise SpecError(f"--module {shown(ref)}: {attr!r} is not a @dsl.pipeline function in {path}")
+        from kfp.dsl.graph_component import GraphComponent  # what @dsl.pipeline makes (a component is none)
+
+        found = sorted(name for name, value in vars(mod).items() if isinstance(value, GraphComponent))
+        near = near_name(attr, found)
+        its = f"did you mean {near!r}?" if near else (
+            f"its @dsl.pipeline {listed(found, 'function')}: use {'it' if len(found) == 1 else 'one of them'}"
+            if found else "it has no @dsl.pipeline function: decorate yours with @dsl.pipeline")
+        what = f"{attr!r} is not a @dsl.pipeline function" if func is not None else f"there is no {attr!r}"
+        raise SpecError(f"--module {shown(ref)}: {what} in {Path(path).name}; {its}")
     return func
 
 
