@@ -185,6 +185,19 @@ def test_an_unknown_field_whose_name_holds_a_newline_is_still_one_line(http):
     assert "\n" not in error and "'a\\nb': Extra inputs are not permitted" in error, error
 
 
+def test_an_unknown_field_near_a_known_one_names_it(http):
+    """It said only pydantic's 'Extra inputs are not permitted', where a typo or a plural was plain."""
+    r = http.post("/api/v1/jobs", json={"nme": "j", "command": ["true"]})
+    assert r.status_code == 422 and r.json()["error"] == (
+        "invalid request: name: Field required; nme: Extra inputs are not permitted (did you mean 'name'?)"), r.text
+    r = http.post("/api/v1/projects", json={"name": "team-a", "gpus": 2})
+    assert r.status_code == 422 and r.json()["error"] == (
+        "invalid request: gpus: Extra inputs are not permitted (did you mean 'gpu_quota'?)"), r.text
+    r = http.post("/api/v1/projects", json={"name": "team-a", "colour": "red"})
+    assert r.status_code == 422 and r.json()["error"] == "invalid request: colour: Extra inputs are not permitted"
+    assert http.get("/api/v1/jobs").json() == [] and "team-a" not in [p["name"] for p in http.get("/api/v1/projects").json()]
+
+
 def test_a_query_parameter_the_route_does_not_take_is_refused_before_anything_happens(http, home):
     """FastAPI ignores a query parameter it does not know: `DELETE /jobs/j?projet=team-a` deleted job j of the
     default project, and `?stauts=Failed` listed every job as if filtered."""

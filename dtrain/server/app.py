@@ -29,7 +29,7 @@ from starlette.routing import Match, Mount
 from dtrain import db, errors
 from dtrain.names import (WrittenFloat, WrittenInt, check_gpu_quota, check_limit_bytes, check_mounted_volume,
                           check_name, check_page, check_since, check_storage_class, check_tail, parse_least_size,
-                          parse_volume_size, rank_refusal, shown, status_refusal, wait_refusal)
+                          near_name, parse_volume_size, rank_refusal, shown, status_refusal, wait_refusal)
 from dtrain.numbers import whole_number
 from dtrain.remotes import REMOTE_TTL_S, RemoteReads
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
@@ -257,7 +257,7 @@ def _one_line(request, problems) -> str:
             return (f"invalid request: the body is not valid JSON ({e.get('ctx', {}).get('error', 'unreadable')} "
                     f"at character {loc[-1] if loc else 0}); {SEND_JSON}")
         parts.append(f"{'.'.join(x if x.isprintable() else ascii(x) for x in loc) or 'body'}: "
-                     f"{e.get('msg', 'invalid')}")  # a field name a client made up may hold a newline
+                     f"{e.get('msg', 'invalid')}{_near_field(request, e)}")  # a made-up name may hold a newline
     return "invalid request: " + "; ".join(parts)
 
 
@@ -315,6 +315,20 @@ def _text_for_list(problem) -> str | None:
     words = value.split() if loc[1] == "command" else [value]
     return (f"invalid {loc[1]} {shown(value)}: must be a list of strings, not one string: "
             f"send {json.dumps(words or [value])}")
+
+
+def _near_field(request, problem) -> str:
+    """' (did you mean 'name'?)' for a body's unknown top-level field one slip from one the route's body takes
+    ("nme"), or naming a word of one ("gpus": gpu_quota); '' otherwise. The schema stays as it is."""
+    loc = tuple(problem.get("loc", ()))
+    if problem.get("type") != "extra_forbidden" or len(loc) != 2 or loc[0] != "body" or not isinstance(loc[1], str):
+        return ""
+    fields = [name for param in getattr(getattr(request.scope.get("route"), "dependant", None), "body_params", ())
+              for name in getattr(param.field_info.annotation, "model_fields", {})]
+    key = loc[1].strip().lower()
+    near = near_name(key, fields) or next(
+        (f for f in fields if key.removesuffix("s") in f.split("_")[:1]), None)  # gpus: gpu_quota, not no_gpu_quota
+    return f" (did you mean {near!r}?)" if near else ""
 
 
 def _body_pattern(request, name: str) -> str | None:
