@@ -85,15 +85,23 @@ def test_job_verbs_and_errors(server, tmp_path):
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: two\ncommand: [\"true\"]\nprocesses: 2\n")  # quoted: YAML reads a bare true as a boolean
     bad = http.post("/api/v1/jobs", json={"name": "two", "command": ["true"], "processes": 2})
-    assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "submit", "-f", str(spec))
+    # the API answers in the CLI's flag words; a job file's line names the file's own field (FileDoor)
+    assert bad.status_code == 422 and bad.json()["error"] == ("--processes 2 needs a launcher: use dtrain submit-dist "
+                                                              "--launcher torchrun or dtrain submit-mpi")
+    assert cli_error(server, "submit", "-f", str(spec)) == (f"job file '{spec}': processes: 2 needs a launcher: give "
+                                                           f"launcher: torchrun (or launcher: mpi) as well")
     bad_name = http.get("/api/v1/jobs/Bad_Name")  # names are checked before anything looks them up
     assert bad_name.status_code == 422
     assert bad_name.json()["error"] == cli_error(server, "submit", "Bad_Name", "--", "true")
     quota = http.post("/api/v1/jobs", json={"name": "big", "command": ["true"], "gpu": 3})
     assert quota.status_code == 409 and quota.json()["error"] == cli_error(server, "submit", "big", "-g", "3", "--",
                                                                            "true")
-    wrong_type = http.post("/api/v1/jobs", json={"name": "x", "command": "true", "surprise": 1})
+    wrong_type = http.post("/api/v1/jobs", json={"name": "x", "command": 5, "surprise": 1})
     assert wrong_type.status_code == 422 and wrong_type.json()["error"].startswith("invalid request: ")
+    one_string = http.post("/api/v1/jobs", json={"name": "x", "command": "true", "surprise": 1})
+    assert one_string.status_code == 422  # a shell line where a list goes: the list to send
+    assert one_string.json()["error"] == ("invalid command 'true': must be a list of strings, not one string: "
+                                          'send ["true"]')
     memory = http.post("/api/v1/jobs", json={"name": "mem", "command": ["true"], "memory": "8GB"})
     assert memory.status_code == 422
     assert memory.json()["error"] == cli_error(server, "submit", "mem", "--memory", "8GB", "--", "true")
