@@ -42,11 +42,12 @@ class GpuHistory:
     def sample(self) -> None:
         now = time.time()
         # held: by a dtrain job or another workload; None where that cannot be told (Kubernetes RBAC)
-        backend = self._clients.get().backend()  # the default backend: the one whose nodes these are
-        rows = [{"time": now, "node": n.name, "gpu": g.index, "backend": backend.name, "job": g.job, "project": g.project,
+        client = self._clients.get()
+        backend = client.backend().name  # the default backend: Client.nodes() gives its nodes
+        rows = [{"time": now, "node": n.name, "gpu": g.index, "backend": backend, "job": g.job, "project": g.project,
                  "held": bool(g.job or g.held_by) or (None if g.unknown else False), "utilization": g.utilization,
                  "memory_used": g.memory_used, "memory_total": g.memory_total}
-                for n in backend.nodes() for g in n.gpus]
+                for n in client.nodes() for g in n.gpus]
         with self._lock:
             self._samples.extend(rows)
             while self._samples and self._samples[0]["time"] < now - KEEP_S:
